@@ -1,0 +1,34 @@
+# Two commands set everything up on a fresh machine with Python 3.11:
+#   make run    creates .venv, installs, trains PPO on Pong with live progress
+#   make test   creates/updates .venv, runs the test suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# torch is installed on its own first, pinned to a release whose CPU build this kind of machine
+# ships on disk; on a GPU machine `make TORCH_SPEC=torch run` takes PyPI's CUDA build instead.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= jax,mujoco,plot,video,dev
+RUN_ARGS ?= --env-id Pong-v5
+
+.PHONY: run test lint clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python >= 3.11 is required, $(PYTHON) is " + sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	@touch $@
+
+run: $(VENV)/.installed
+	$(PY) cleanrl/ppo_atari_envpool.py $(RUN_ARGS)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(PY) -m ruff check cleanrl cleanrl_utils tests
+	$(PY) -m ruff format --check cleanrl cleanrl_utils tests
+
+clean:
+	rm -rf $(VENV) runs wandb videos .pytest_cache

@@ -1,0 +1,60 @@
+"""Brute-force advantage references, written independently of the scripts' recursions.
+
+Each env's rollout is cut into episode segments from the flags alone; for every valid step the
+advantage is the explicit sum  A_t = sum_k (gamma * lambda)^(k - t) * delta_k  over the rest of
+its segment, with delta_k = r_k + gamma * bootstrap_k - V_k. No backward recursion is shared
+with the code under test.
+"""
+
+import numpy as np
+
+
+def next_step_reference(values, rewards, terminations, truncations, prev_episode_over, gamma, gae_lambda):
+    """Next-step autoreset (EnvPool): the row after a boundary is stale. Returns (adv, valid)."""
+    values, rewards = np.asarray(values, np.float64), np.asarray(rewards, np.float64)
+    terminations, truncations = np.asarray(terminations, bool), np.asarray(truncations, bool)
+    num_steps, num_envs = rewards.shape
+    advantages = np.zeros((num_steps, num_envs))
+    valid = np.zeros((num_steps, num_envs), bool)
+    for env in range(num_envs):
+        # Rebuild the list of segments: consecutive valid steps of one episode.
+        segments, current = [], []
+        previous_over = bool(prev_episode_over[env])
+        for t in range(num_steps):
+            if previous_over:  # stale: the env ignored the action and returned a reset obs
+                previous_over = False
+                continue
+            valid[t, env] = True
+            current.append(t)
+            if terminations[t, env] or truncations[t, env]:
+                segments.append(current)
+                current = []
+                previous_over = True
+        if current:
+            segments.append(current)  # cut by the rollout's end: bootstrap from values[T]
+        for segment in segments:
+            deltas = []
+            for k in segment:
+                # the observation after step k is obs k+1 (the real last obs at a truncation)
+                bootstrap = 0.0 if terminations[k, env] else values[k + 1, env]
+                deltas.append(rewards[k, env] + gamma * bootstrap - values[k, env])
+            for i, t in enumerate(segment):
+                advantages[t, env] = sum((gamma * gae_lambda) ** j * d for j, d in enumerate(deltas[i:]))
+    return advantages, valid
+
+
+def random_next_step_rollout(rng, num_steps, num_envs, p_term=0.08, p_trunc=0.05):
+    """Random flags that respect next-step semantics: a stale row is never itself a boundary,
+    and boundaries land on the first and last rows too."""
+    terminations = rng.random((num_steps, num_envs)) < p_term
+    truncations = rng.random((num_steps, num_envs)) < p_trunc
+    prev_episode_over = rng.random(num_envs) < 0.3
+    over = terminations | truncations
+    for t in range(num_steps):
+        stale = prev_episode_over if t == 0 else over[t - 1]
+        terminations[t] &= ~stale
+        truncations[t] &= ~stale
+        over[t] = terminations[t] | truncations[t]
+    rewards = rng.normal(size=(num_steps, num_envs))
+    values = rng.normal(size=(num_steps + 1, num_envs))
+    return values, rewards, terminations, truncations, prev_episode_over

@@ -1,0 +1,318 @@
+"""Tests of cleanrl/ppo_atari_envpool.py: GAE and masking against brute force and real EnvPool,
+the loss ignoring stale rows, real short runs, determinism, saved-model evaluation, bad input."""
+
+import os
+
+import envpool
+import numpy as np
+import pytest
+import torch
+from gae_reference import next_step_reference, random_next_step_rollout
+from helpers import ATARI_TAGS, only_run_dir, read_scalars, run_script
+
+from cleanrl.ppo_atari_envpool import Agent, Args, compute_gae, ppo_loss
+
+SCRIPT = "ppo_atari_envpool"
+
+
+def gae_torch(values, rewards, terminations, truncations, prev_episode_over, gamma=0.99, gae_lambda=0.95):
+    advantages, valid = compute_gae(
+        torch.as_tensor(values, dtype=torch.float64),
+        torch.as_tensor(rewards, dtype=torch.float64),
+        torch.as_tensor(terminations),
+        torch.as_tensor(truncations),
+        torch.as_tensor(prev_episode_over),
+        gamma,
+        gae_lambda,
+    )
+    return advantages.numpy(), valid.numpy()
+
+
+@pytest.mark.parametrize("gamma,gae_lambda", [(0.99, 0.95), (0.9, 1.0), (1.0, 0.0), (0.97, 0.5)])
+def test_compute_gae_matches_brute_force_on_random_rollouts(gamma, gae_lambda):
+    rng = np.random.default_rng(int(gamma * 1000 + gae_lambda * 100))
+    for _ in range(200):
+        num_steps, num_envs = int(rng.integers(1, 24)), int(rng.integers(1, 6))
+        rollout = random_next_step_rollout(rng, num_steps, num_envs, p_term=rng.uniform(0, 0.3), p_trunc=rng.uniform(0, 0.3))
+        expected, expected_valid = next_step_reference(*rollout, gamma, gae_lambda)
+        advantages, valid = gae_torch(*rollout, gamma, gae_lambda)
+        np.testing.assert_array_equal(valid, expected_valid)
+        np.testing.assert_allclose(advantages[valid], expected[valid], rtol=1e-10, atol=1e-10)
+        assert (advantages[~valid] == 0).all()
+
+
+def test_compute_gae_boundaries_at_rollout_edges():
+    """Hand-made cases: a termination on the last row bootstraps 0, a truncation on the last row
+    bootstraps values[T], a boundary before row 0 makes row 0 stale, a boundary on row 0."""
+    gamma, lam = 0.9, 0.8
+    values = np.array([[1.0, 1.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0]])
+    rewards = np.array([[0.5, 0.5, 0.5, 0.5], [1.0, 1.0, 1.0, 1.0]])
+    term = np.array([[False, False, False, True], [True, False, False, False]])
+    trunc = np.array([[False, False, False, False], [False, True, False, False]])
+    prev_over = np.array([False, False, True, False])
+    adv, valid = gae_torch(values, rewards, term, trunc, prev_over, gamma, lam)
+    # env 0: row 1 terminates -> delta1 = 1 - 2; row 0 continues into it
+    d1 = 1.0 - 2.0
+    assert adv[1, 0] == pytest.approx(d1)
+    assert adv[0, 0] == pytest.approx(0.5 + gamma * 2.0 - 1.0 + gamma * lam * d1)
+    # env 1: row 1 truncates -> bootstrap V(obs_2) = 3
+    d1 = 1.0 + gamma * 3.0 - 2.0
+    assert adv[1, 1] == pytest.approx(d1)
+    # env 2: row 0 is stale, row 1 bootstraps from values[T]
+    assert not valid[0, 2] and valid[1, 2]
+    assert adv[1, 2] == pytest.approx(1.0 + gamma * 3.0 - 2.0)
+    # env 3: row 0 terminates (bootstrap 0), so row 1 is stale
+    assert adv[0, 3] == pytest.approx(0.5 - 1.0)
+    assert valid[0, 3] and not valid[1, 3]
+
+
+def test_stale_rows_only_matter_as_truncation_bootstrap():
+    """Changing a stale row's reward or value leaves every valid advantage unchanged, except the
+    value of the row right after a truncation, which is V(last obs): the bootstrap itself."""
+    rng = np.random.default_rng(7)
+    checked_term = checked_trunc = 0
+    for _ in range(100):
+        values, rewards, term, trunc, prev_over = random_next_step_rollout(rng, 16, 4, 0.15, 0.15)
+        base, valid = gae_torch(values, rewards, term, trunc, prev_over)
+        for t, env in zip(*np.nonzero(~valid)):
+            changed_rewards = rewards.copy()
+            changed_rewards[t, env] += 100.0
+            adv, _ = gae_torch(values, changed_rewards, term, trunc, prev_over)
+            np.testing.assert_array_equal(adv[valid], base[valid])
+            changed_values = values.copy()
+            changed_values[t, env] += 100.0
+            adv, _ = gae_torch(changed_values, rewards, term, trunc, prev_over)
+            if t > 0 and trunc[t - 1, env] and not term[t - 1, env]:
+                assert adv[t - 1, env] != pytest.approx(base[t - 1, env])
+                checked_trunc += 1
+            else:
+                np.testing.assert_array_equal(adv[valid], base[valid])
+                checked_term += 1
+    assert checked_term > 50 and checked_trunc > 50
+
+
+def test_valid_mask_is_false_exactly_on_real_envpool_stale_steps():
+    """Real Breakout under episodic_life, with a short time limit so truncations happen too. A step
+    is stale when EnvPool did not advance the game: elapsed_step unchanged (after a life loss) or
+    back to 0 (after game over or truncation). That signal is independent of the flags."""
+    num_envs, num_steps, rollouts = 4, 64, 6
+    envs = envpool.make(
+        "Breakout-v5",
+        env_type="gymnasium",
+        num_envs=num_envs,
+        seed=3,
+        episodic_life=True,
+        reward_clip=True,
+        max_episode_steps=150,
+    )
+    _, info = envs.reset()
+    elapsed_before = info["elapsed_step"].copy()
+    rng = np.random.default_rng(0)
+    prev_over = np.zeros(num_envs, dtype=bool)
+    counts = {"life_loss": 0, "game_over_or_truncation": 0, "truncation": 0}
+    for _ in range(rollouts):
+        term = np.zeros((num_steps, num_envs), dtype=bool)
+        trunc = np.zeros((num_steps, num_envs), dtype=bool)
+        stale = np.zeros((num_steps, num_envs), dtype=bool)
+        for t in range(num_steps):
+            _, _, term[t], trunc[t], info = envs.step(rng.integers(0, 4, num_envs))
+            elapsed = info["elapsed_step"]
+            stale[t] = (elapsed == elapsed_before) | (elapsed == 0)
+            counts["life_loss"] += int(((elapsed == elapsed_before) & (elapsed > 0)).sum())
+            counts["game_over_or_truncation"] += int((elapsed == 0).sum())
+            counts["truncation"] += int(trunc[t].sum())
+            elapsed_before = elapsed.copy()
+        _, valid = gae_torch(np.zeros((num_steps + 1, num_envs)), np.zeros((num_steps, num_envs)), term, trunc, prev_over)
+        np.testing.assert_array_equal(valid, ~stale)
+        prev_over = term[-1] | trunc[-1]
+    assert counts["life_loss"] > 5 and counts["game_over_or_truncation"] > 2 and counts["truncation"] > 0, counts
+
+
+def test_loss_ignores_stale_rows():
+    """Randomising everything on the masked rows (obs, action, old log-prob, advantage, return, old
+    value) changes neither the loss nor its gradient, nor any logged statistic."""
+    torch.manual_seed(0)
+    args = Args()
+    agent = Agent(6, bf16=False, channels_last=False)
+    batch = 32
+    obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8)
+    actions = torch.randint(0, 6, (batch,))
+    old_logprobs = torch.randn(batch) - 1.5
+    advantages, returns, old_values = torch.randn(batch), torch.randn(batch), torch.randn(batch)
+    valid = torch.rand(batch) > 0.3
+
+    def loss_and_grads(*tensors):
+        agent.zero_grad()
+        loss, stats = ppo_loss(agent, *tensors, valid, args)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in agent.parameters()], stats
+
+    base_loss, base_grads, base_stats = loss_and_grads(obs, actions, old_logprobs, advantages, returns, old_values)
+    stale = ~valid
+    n = int(stale.sum())
+    obs2 = obs.clone()
+    obs2[stale] = torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8)
+    changed = [obs2]
+    for tensor, fresh in [
+        (actions, torch.randint(0, 6, (n,))),
+        (old_logprobs, torch.randn(n) * 10),
+        (advantages, torch.randn(n) * 1e3),
+        (returns, torch.randn(n) * 1e3),
+        (old_values, torch.randn(n) * 1e3),
+    ]:
+        tensor = tensor.clone()
+        tensor[stale] = fresh
+        changed.append(tensor)
+    loss, grads, stats = loss_and_grads(*changed)
+    torch.testing.assert_close(loss, base_loss, rtol=1e-6, atol=1e-7)
+    for g, g0 in zip(grads, base_grads):
+        torch.testing.assert_close(g, g0, rtol=1e-5, atol=1e-7)
+    for key in base_stats:
+        torch.testing.assert_close(stats[key], base_stats[key], rtol=1e-6, atol=1e-7)
+    # and the mask is doing the work: without it the loss changes
+    everything = torch.ones(batch, dtype=torch.bool)
+    with torch.no_grad():
+        unmasked_changed = ppo_loss(agent, *changed, everything, args)[0].item()
+        unmasked_base = ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, everything, args)[
+            0
+        ].item()
+    assert unmasked_changed != pytest.approx(unmasked_base)
+
+
+def test_bf16_network_stays_close_to_fp32():
+    """The bf16 lever changes numerics, not the function: same weights, close outputs."""
+    torch.manual_seed(0)
+    fp32 = Agent(6, bf16=False, channels_last=False)
+    fast = Agent(6, bf16=True, channels_last=True)
+    fast.load_state_dict(fp32.state_dict())
+    obs = torch.randint(0, 256, (16, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        h32, h16 = fp32.hidden(obs), fast.hidden(obs)
+    assert h16.dtype == torch.float32
+    assert (h16 - h32).abs().max() <= 0.05 * h32.abs().max()
+
+
+SHORT_RUN = [
+    "--env-id",
+    "Pong-v5",
+    "--total-timesteps",
+    "3072",
+    "--num-envs",
+    "8",
+    "--num-steps",
+    "128",
+    "--max-episode-steps",
+    "100",
+]
+
+
+@pytest.fixture(scope="module")
+def two_short_runs(tmp_path_factory):
+    """The same seeded short Pong run twice, with a 100-step time limit so games are logged."""
+    dirs = []
+    for i in range(2):
+        log_dir = tmp_path_factory.mktemp(f"pong{i}")
+        result = run_script(SCRIPT, *SHORT_RUN, "--seed", "5", "--log-dir", str(log_dir), "--save-model")
+        assert result.returncode == 0, result.stderr[-3000:]
+        dirs.append(only_run_dir(log_dir))
+    return dirs
+
+
+def test_short_pong_run_writes_every_tag(two_short_runs):
+    scalars = read_scalars(two_short_runs[0])
+    missing = ATARI_TAGS - set(scalars)
+    assert not missing, missing
+    # every env truncated at least twice in 384 steps at a 100-step limit
+    assert len(scalars["charts/episodic_return"]) >= 16
+    assert all(length == 100 for _, length in scalars["charts/episodic_length"])
+    assert all(-21 <= ret <= 21 for _, ret in scalars["charts/episodic_return"])
+    assert len(scalars["losses/value_loss"]) == 3
+
+
+def test_same_seed_gives_identical_losses(two_short_runs):
+    first, second = (read_scalars(d) for d in two_short_runs)
+    for tag in sorted(ATARI_TAGS - {"charts/SPS"}):
+        assert first[tag] == second[tag], tag
+
+
+def test_saved_model_evaluates(two_short_runs):
+    from cleanrl_utils.evaluate import evaluate
+
+    model_path = os.path.join(two_short_runs[0], f"{SCRIPT}.cleanrl_model")
+    returns = evaluate(model_path, episodes=3, seed=1)
+    assert len(returns) == 3
+    assert all(-21 <= r <= 21 for r in returns)
+
+
+def test_evaluate_cli_reports_per_game_returns(two_short_runs):
+    import subprocess
+    import sys
+
+    model_path = os.path.join(two_short_runs[0], f"{SCRIPT}.cleanrl_model")
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "episode 0: return" in result.stdout and "episode 1: return" in result.stdout
+    assert "mean return over 2 episodes" in result.stdout
+
+
+def test_wandb_offline_tracking(tmp_path):
+    result = run_script(
+        SCRIPT,
+        *SHORT_RUN[:2],
+        "--total-timesteps",
+        "1024",
+        "--track",
+        "--log-dir",
+        str(tmp_path / "runs"),
+        env={"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    offline_runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 1
+    assert list(offline_runs[0].glob("*.wandb"))
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--env-id", "Pongg-v5"], ["'Pongg-v5'", "Pong-v5"]),
+        (["--env-id", "CartPole-v1"], ["'CartPole-v1'", "Atari"]),
+        (["--num-minibatches", "3"], ["--num-minibatches 3", "1024"]),
+        (["--num-envs", "0"], ["--num-envs", "0"]),
+        (["--num-steps", "-5"], ["--num-steps", "-5"]),
+        (["--total-timesteps", "100"], ["--total-timesteps 100"]),
+        (["--learning-rate", "0"], ["--learning-rate", "0"]),
+    ],
+)
+def test_bad_input_gives_one_clear_line(args, expected):
+    result = run_script(SCRIPT, *args, timeout=120)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [
+        line for line in result.stderr.strip().splitlines() if line.strip() and "Warn" not in line and "gym.logger" not in line
+    ]
+    assert len(lines) == 1, result.stderr
+    for fragment in expected:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_missing_model_path_gives_one_clear_line(tmp_path):
+    import subprocess
+    import sys
+
+    for path, fragment in [(tmp_path / "nope.cleanrl_model", "does not exist"), (tmp_path / "junk.cleanrl_model", "not a")]:
+        if "junk" in str(path):
+            path.write_bytes(b"not a checkpoint")
+        result = subprocess.run(
+            [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        assert fragment in result.stderr and str(path) in result.stderr
