@@ -1,0 +1,137 @@
+"""Run a command over envs x seeds with a worker limit, a progress line, and no stop on failure.
+
+    python -m cleanrl_utils.benchmark --command "python cleanrl/ppo_atari_envpool.py" \\
+        --env-ids Pong-v5 Breakout-v5 --seeds 1 2 3 --workers 1
+
+Each run is `<command> --env-id <env> --seed <seed>`, its output in `<log-dir>/<name>.log`. A failed
+run does not stop the sweep; the failures are listed with their log paths at the end and the exit
+code is 1. The progress line rewrites itself on a terminal and prints plain lines elsewhere.
+"""
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class BenchmarkArgs:
+    command: str
+    """the command to run; `--env-id ENV --seed SEED` are appended"""
+    env_ids: list[str] = field(default_factory=lambda: ["CartPole-v1"])
+    """the environment ids"""
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
+    """the seeds"""
+    workers: int = 1
+    """how many runs at once (on a 2-core machine, 1 for the CPU-heavy scripts)"""
+    log_dir: str = "runs/logs"
+    """where each run's stdout/stderr goes"""
+
+
+@dataclass
+class Run:
+    env_id: str
+    seed: int
+    argv: list[str]
+    log_path: str
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    returncode: int | None = None
+
+
+def plan_runs(command: str, env_ids: list[str], seeds: list[int], log_dir: str) -> list[Run]:
+    script = os.path.splitext(os.path.basename(shlex.split(command)[-1]))[0]
+    return [
+        Run(
+            env_id,
+            seed,
+            shlex.split(command) + ["--env-id", env_id, "--seed", str(seed)],
+            os.path.join(log_dir, f"{script}__{env_id}__{seed}.log"),
+        )
+        for env_id in env_ids
+        for seed in seeds
+    ]
+
+
+class Progress:
+    """One line that rewrites itself on a terminal; plain lines (only on change) elsewhere."""
+
+    def __init__(self, stream=sys.stdout):
+        self.stream = stream
+        self.is_tty = stream.isatty()
+        self.last = ""
+
+    def update(self, text: str) -> None:
+        if self.is_tty:
+            self.stream.write("\r\033[K" + text)
+            self.stream.flush()
+        elif text != self.last:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        self.last = text
+
+    def event(self, text: str) -> None:
+        """A line that stays, printed above the status line."""
+        self.stream.write(("\r\033[K" if self.is_tty else "") + text + "\n")
+        self.stream.flush()
+        self.last = ""
+
+    def close(self) -> None:
+        if self.is_tty and self.last:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run_all(runs: list[Run], workers: int, poll_seconds: float = 0.2, stream=sys.stdout) -> list[Run]:
+    """Run everything with at most `workers` at once; return the failed runs."""
+    pending, running, done = list(runs), [], []
+    progress = Progress(stream)
+    start = time.time()
+    while pending or running:
+        while pending and len(running) < workers:
+            run = pending.pop(0)
+            os.makedirs(os.path.dirname(run.log_path) or ".", exist_ok=True)
+            with open(run.log_path, "w") as log:
+                run.process = subprocess.Popen(run.argv, stdout=log, stderr=subprocess.STDOUT)
+            run.started = time.time()
+            running.append(run)
+        for run in list(running):
+            if run.process.poll() is not None:
+                run.returncode = run.process.returncode
+                running.remove(run)
+                done.append(run)
+                if run.returncode != 0:
+                    progress.event(f"FAILED {run.env_id} seed {run.seed} (exit {run.returncode}), log: {run.log_path}")
+        failed = sum(r.returncode != 0 for r in done)
+        now_running = ", ".join(f"{r.env_id}/{r.seed}" for r in running)
+        progress.update(
+            f"[{len(done)}/{len(runs)} done, {failed} failed, {time.time() - start:.0f}s] running: {now_running or '-'}"
+        )
+        if pending or running:
+            time.sleep(poll_seconds)
+    progress.close()
+    return [r for r in done if r.returncode != 0]
+
+
+def main() -> None:
+    import tyro
+
+    args = tyro.cli(BenchmarkArgs)
+    if args.workers <= 0:
+        sys.exit(f"error: --workers must be a positive integer, got {args.workers}")
+    if not args.env_ids or not args.seeds:
+        sys.exit("error: need at least one --env-ids and one --seeds value")
+    runs = plan_runs(args.command, args.env_ids, args.seeds, args.log_dir)
+    failed = run_all(runs, args.workers)
+    if failed:
+        print(f"{len(failed)} of {len(runs)} runs failed:")
+        for run in failed:
+            print(f"  {run.env_id} seed {run.seed}: exit {run.returncode}, log {run.log_path}")
+        sys.exit(1)
+    print(f"all {len(runs)} runs finished; logs in {args.log_dir}")
+
+
+if __name__ == "__main__":
+    main()
