@@ -31,9 +31,24 @@ class EvalArgs:
     """use cuda when available"""
 
 
+def load_flax_checkpoint(model_path: str) -> dict | None:
+    """The JAX scripts save flax msgpack (same keys, flax params as "model_state_dict"); None if not one."""
+    from flax.serialization import msgpack_restore
+
+    try:
+        with open(model_path, "rb") as f:
+            checkpoint = msgpack_restore(f.read())
+    except Exception:
+        return None
+    return checkpoint if isinstance(checkpoint, dict) and "script" in checkpoint else None
+
+
 def load_checkpoint(model_path: str) -> dict:
     if not os.path.isfile(model_path):
         sys.exit(f"error: --model-path {model_path!r} does not exist")
+    flax_checkpoint = load_flax_checkpoint(model_path)
+    if flax_checkpoint is not None:
+        return flax_checkpoint
     try:
         checkpoint = torch.load(model_path, map_location="cpu", weights_only=True)
     except Exception as error:  # a truncated or foreign file: say so in one line
@@ -70,8 +85,176 @@ def evaluate_atari_envpool(checkpoint: dict, episodes: int, seed: int, device: t
     return returns.tolist()
 
 
+def evaluate_continuous_action_envpool(
+    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool
+) -> list[float]:
+    """One episode per env, in raw reward units. Observations are normalised with the saved
+    statistics, frozen (never updated here); greedy plays the Gaussian mean. Actions are clipped
+    to the bounds as in training."""
+    script = importlib.import_module("cleanrl.ppo_continuous_action_envpool")
+    train_args = checkpoint["args"]
+    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
+    agent = script.Agent(int(np.prod(obs_shape)), int(np.prod(action_space.shape)))
+    agent.load_state_dict(checkpoint["model_state_dict"])
+    agent.to(device).eval()
+    obs_rms = script.RunningMeanStd(obs_shape)
+    obs_rms.load_state_dict(checkpoint["obs_rms"])
+
+    obs, _ = envs.reset()
+    returns = np.zeros(episodes)
+    finished = np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        with torch.no_grad():
+            obs_t = torch.from_numpy(script.normalize_obs(obs, obs_rms, train_args["obs_clip"])).to(device)
+            if greedy:
+                action = agent.actor_mean(obs_t)
+            else:
+                action, _, _, _ = agent.get_action_and_value(obs_t)
+        env_action = np.clip(action.cpu().numpy(), action_space.low, action_space.high)
+        obs, reward, terminated, truncated, _ = envs.step(env_action.astype(np.float32))
+        returns += reward * ~finished
+        finished |= terminated | truncated
+    envs.close()
+    return returns.tolist()
+
+
+def evaluate_ppo(checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool) -> list[float]:
+    """One episode per env of a same-step Gymnasium vector env; each return is read from
+    RecordEpisodeStatistics at the env's first boundary."""
+    script = importlib.import_module("cleanrl.ppo")
+    train_args = checkpoint["args"]
+    envs = script.make_env(train_args["env_id"], episodes, "sync", train_args["max_episode_steps"])
+    agent = script.Agent(envs.single_observation_space.shape[0], envs.single_action_space.n)
+    agent.load_state_dict(checkpoint["model_state_dict"])
+    agent.to(device).eval()
+
+    obs, _ = envs.reset(seed=seed)
+    returns = np.zeros(episodes)
+    finished = np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        with torch.no_grad():
+            obs_t = torch.as_tensor(obs, dtype=torch.float32, device=device)
+            if greedy:
+                action = agent.actor(obs_t).argmax(dim=-1)
+            else:
+                action, _, _, _ = agent.get_action_and_value(obs_t)
+        obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
+        first_end = (terminated | truncated) & ~finished
+        if first_end.any():
+            returns[first_end] = info["episode"]["r"][first_end]
+            finished |= first_end
+    envs.close()
+    return returns.tolist()
+
+
+def evaluate_ppo_continuous_action(
+    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool
+) -> list[float]:
+    """One episode per env of a same-step Gymnasium vector env, in raw reward units (from
+    RecordEpisodeStatistics). Observations are normalised with the saved statistics, frozen;
+    greedy plays the Gaussian mean. Actions are clipped to the bounds as in training."""
+    script = importlib.import_module("cleanrl.ppo_continuous_action")
+    train_args = checkpoint["args"]
+    envs = script.make_env(train_args["env_id"], episodes, "sync", train_args["max_episode_steps"])
+    obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
+    agent = script.Agent(obs_shape[0], action_space.shape[0])
+    agent.load_state_dict(checkpoint["model_state_dict"])
+    agent.to(device).eval()
+    obs_rms = script.RunningMeanStd(obs_shape)
+    obs_rms.load_state_dict(checkpoint["obs_rms"])
+
+    obs, _ = envs.reset(seed=seed)
+    returns = np.zeros(episodes)
+    finished = np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        with torch.no_grad():
+            obs_t = torch.from_numpy(script.normalize_obs(obs, obs_rms, train_args["obs_clip"])).to(device)
+            if greedy:
+                action = agent.actor_mean(obs_t)
+            else:
+                action, _, _, _ = agent.get_action_and_value(obs_t)
+        env_action = np.clip(action.cpu().numpy(), action_space.low, action_space.high)
+        obs, _, terminated, truncated, info = envs.step(env_action)
+        first_end = (terminated | truncated) & ~finished
+        if first_end.any():
+            returns[first_end] = info["episode"]["r"][first_end]
+            finished |= first_end
+    envs.close()
+    return returns.tolist()
+
+
+def evaluate_atari_envpool_xla_jax(checkpoint: dict, episodes: int, seed: int, device, greedy: bool) -> list[float]:
+    """As evaluate_atari_envpool, for the JAX twin's flax parameters (runs on JAX's device)."""
+    import jax
+
+    script = importlib.import_module("cleanrl.ppo_atari_envpool_xla_jax")
+    train_args = checkpoint["args"]
+    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    agent = script.Agent(envs.single_action_space.n, bf16=train_args["bf16"], xla_conv=train_args["xla_conv"])
+    params = checkpoint["model_state_dict"]
+
+    @jax.jit
+    def policy(obs, key):
+        logits, _ = agent.apply(params, obs)
+        return logits.argmax(-1) if greedy else jax.random.categorical(key, logits)
+
+    key = jax.random.PRNGKey(seed)
+    obs, _ = envs.reset()
+    returns = np.zeros(episodes)
+    finished = np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        key, action_key = jax.random.split(key)
+        obs, _, _, truncated, info = envs.step(np.asarray(policy(obs, action_key)))
+        returns += info["reward"] * ~finished
+        finished |= info["terminated"].astype(bool) | truncated
+    envs.close()
+    return returns.tolist()
+
+
+def evaluate_continuous_action_envpool_xla_jax(
+    checkpoint: dict, episodes: int, seed: int, device, greedy: bool
+) -> list[float]:
+    """As evaluate_continuous_action_envpool, for the JAX twin: flax parameters, saved observation
+    statistics (frozen), greedy plays the Gaussian mean, actions clipped to the bounds."""
+    import jax
+
+    script = importlib.import_module("cleanrl.ppo_continuous_action_envpool_xla_jax")
+    train_args = checkpoint["args"]
+    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    action_space = envs.single_action_space
+    agent = script.Agent(int(np.prod(action_space.shape)))
+    params = checkpoint["model_state_dict"]
+    obs_rms = script.RunningMeanStd(**{name: np.asarray(checkpoint["obs_rms"][name]) for name in ("mean", "var", "count")})
+
+    @jax.jit
+    def policy(obs, key):
+        action_mean, action_logstd, _ = agent.apply(params, script.normalize_obs(obs, obs_rms, train_args["obs_clip"]))
+        if greedy:
+            return action_mean
+        return action_mean + jax.numpy.exp(action_logstd) * jax.random.normal(key, action_mean.shape)
+
+    key = jax.random.PRNGKey(seed)
+    obs, _ = envs.reset()
+    returns = np.zeros(episodes)
+    finished = np.zeros(episodes, dtype=bool)
+    while not finished.all():
+        key, action_key = jax.random.split(key)
+        action = np.asarray(policy(obs.astype(np.float32), action_key), dtype=np.float64)
+        obs, reward, terminated, truncated, _ = envs.step(np.clip(action, action_space.low, action_space.high))
+        returns += reward * ~finished
+        finished |= terminated | truncated
+    envs.close()
+    return returns.tolist()
+
+
 EVALUATORS = {
+    "ppo_continuous_action_envpool_xla_jax": evaluate_continuous_action_envpool_xla_jax,
+    "ppo_atari_envpool_xla_jax": evaluate_atari_envpool_xla_jax,
     "ppo_atari_envpool": evaluate_atari_envpool,
+    "ppo": evaluate_ppo,
+    "ppo_continuous_action": evaluate_ppo_continuous_action,
+    "ppo_continuous_action_envpool": evaluate_continuous_action_envpool,
 }
 
 

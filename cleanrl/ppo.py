@@ -1,0 +1,449 @@
+# PPO for classic control on Gymnasium vector envs, same-step autoreset done right.
+# Hyperparameters: CleanRL's classic-control defaults (cleanrl/ppo.py, CartPole-v1).
+# Autoreset semantics: "The Value of Autoresetting" (Gymnasium), same-step mode.
+import difflib
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from torch.distributions.categorical import Categorical
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (torch, numpy, python and the Gymnasium envs)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model weights and args to `runs/{run_name}/{exp_name}.cleanrl_model`"""
+    log_dir: str = "runs"
+    """the folder the run's tensorboard events (and saved model) go under"""
+
+    # Algorithm specific arguments (CleanRL's classic-control defaults)
+    env_id: str = "CartPole-v1"
+    """the id of the environment (a Gymnasium env with discrete actions and vector observations, e.g. CartPole-v1, Acrobot-v1, MountainCar-v0, LunarLander-v3 with Box2D)"""
+    total_timesteps: int = 500_000
+    """total timesteps of the experiments (agent steps, counting every env)"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 4
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization (per minibatch)"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold (early stop of the update epochs)"""
+    max_episode_steps: int = 0
+    """time limit per episode in agent steps; reaching it truncates (0: the env's registered limit)"""
+    vector_mode: str = "sync"
+    """`sync` (SyncVectorEnv, envs stepped in this process) or `async` (AsyncVectorEnv, one subprocess per env)"""
+    torch_threads: int = 1
+    """torch intra-op threads on CPU (0: one per core); 1 is fastest for these tiny MLPs"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def validate_args(args: Args) -> None:
+    """Exit with one clear line (no traceback) on impossible settings."""
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        if getattr(args, name) <= 0:
+            sys.exit(f"error: --{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if args.max_episode_steps < 0:
+        sys.exit(f"error: --max-episode-steps must be >= 0 (0 = the env's own limit), got {args.max_episode_steps}")
+    if args.learning_rate <= 0:
+        sys.exit(f"error: --learning-rate must be positive, got {args.learning_rate}")
+    if not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
+        sys.exit(f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {args.gae_lambda}")
+    if args.torch_threads < 0:
+        sys.exit(f"error: --torch-threads must be >= 0 (0 = one per core), got {args.torch_threads}")
+    if args.vector_mode not in ("sync", "async"):
+        sys.exit(f"error: --vector-mode must be sync or async, got {args.vector_mode!r}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches != 0:
+        sys.exit(
+            f"error: --num-minibatches {args.num_minibatches} does not divide the batch size "
+            f"{batch_size} (= --num-envs {args.num_envs} x --num-steps {args.num_steps})"
+        )
+    if batch_size > args.total_timesteps:
+        sys.exit(f"error: --total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
+    if args.env_id not in gym.registry:
+        close = difflib.get_close_matches(args.env_id, list(gym.registry), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; e.g. CartPole-v1, Acrobot-v1, MountainCar-v0"
+        sys.exit(f"error: --env-id {args.env_id!r} is not a registered Gymnasium environment{hint}")
+    try:
+        env = gym.make(args.env_id)
+    except gym.error.DependencyNotInstalled as error:
+        sys.exit(f"error: --env-id {args.env_id!r} needs a package that is not installed: {str(error).splitlines()[0]}")
+    except Exception as error:  # an env that cannot be built here: say so in one line
+        sys.exit(
+            f"error: --env-id {args.env_id!r} could not be created ({type(error).__name__}: {str(error).splitlines()[0]})"
+        )
+    observation_space, action_space = env.observation_space, env.action_space
+    env.close()
+    if not isinstance(action_space, gym.spaces.Discrete):
+        sys.exit(
+            f"error: --env-id {args.env_id!r} has {action_space} actions; this script needs discrete ones (see ppo_continuous_action.py)"
+        )
+    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+        sys.exit(f"error: --env-id {args.env_id!r} has {observation_space} observations; this script needs a flat Box")
+
+
+def make_env(env_id: str, num_envs: int, vector_mode: str = "sync", max_episode_steps: int = 0) -> gym.vector.VectorEnv:
+    """`num_envs` copies of a Gymnasium env in one vector env with *same-step* autoreset, under
+    Gymnasium's vector RecordEpisodeStatistics (`info["episode"]`, mask `info["_episode"]`, at every
+    boundary; its same-step counting is checked in tests/test_ppo.py). Seed with `envs.reset(seed=...)`:
+    sub-env i gets seed + i."""
+    kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
+    env_fns = [lambda: gym.make(env_id, **kwargs) for _ in range(num_envs)]
+    vector_env = gym.vector.SyncVectorEnv if vector_mode == "sync" else gym.vector.AsyncVectorEnv
+    envs = vector_env(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """Separate 64-64 tanh MLPs for a categorical actor and the value function."""
+
+    def __init__(self, obs_dim: int, num_actions: int):
+        super().__init__()
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, num_actions), std=0.01),
+        )
+
+    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
+        probs = Categorical(logits=self.actor(obs), validate_args=False)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(obs).squeeze(-1)
+
+
+def compute_gae_same_step(
+    values: torch.Tensor,  # (T, N): V(obs_t)
+    next_values: torch.Tensor,  # (T, N): V(obs_{t+1}); on truncated rows V(info["final_obs"])
+    rewards: torch.Tensor,  # (T, N)
+    terminations: torch.Tensor,  # (T, N) bool
+    truncations: torch.Tensor,  # (T, N) bool
+    gamma: float,
+    gae_lambda: float,
+) -> torch.Tensor:
+    """GAE for same-step autoreset rollouts. Returns the advantages, (T, N).
+
+    In same-step mode the env resets inside the step that ends an episode: the observation it
+    returns is already the first one of the next episode, and the episode's real last observation
+    is in info["final_obs"]. Every step is a real transition, so there is no stale row and no mask.
+    The caller builds `next_values`: values[t + 1] on ordinary rows (V(obs after the rollout) for
+    the last row), V(info["final_obs"]) on truncated rows (an extra value call for those rows
+    only); what it holds on terminated rows is ignored. Then ("The Value of Autoresetting"):
+      - a termination bootstraps 0; a truncation bootstraps V(final obs) (partial-episode
+        bootstrapping), never V(reset obs), the value of another episode's start;
+      - the accumulation stops at every boundary, so nothing flows back across episodes.
+    A step both terminated and truncated counts as terminated.
+    """
+    num_steps = rewards.shape[0]
+    episode_over = terminations | truncations
+    bootstrap = (~terminations).to(values.dtype)
+    keep_accumulating = (~episode_over).to(values.dtype)
+    advantages = torch.zeros_like(rewards, dtype=values.dtype)
+    last_gae = torch.zeros_like(values[0])
+    for t in reversed(range(num_steps)):
+        delta = rewards[t] + gamma * bootstrap[t] * next_values[t] - values[t]
+        last_gae = delta + gamma * gae_lambda * keep_accumulating[t] * last_gae
+        advantages[t] = last_gae
+    return advantages
+
+
+def ppo_loss(
+    agent: Agent,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    old_values: torch.Tensor,
+    args: Args,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped PPO loss on one minibatch. In same-step mode every row is a real step: plain means."""
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
+    logratio = newlogprob - old_logprobs
+    ratio = logratio.exp()
+
+    with torch.no_grad():
+        # http://joschu.net/blog/kl-approx.html
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+    if args.norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - returns) ** 2
+        v_clipped = old_values + torch.clamp(newvalue - old_values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    stats = {
+        "policy_loss": pg_loss.detach(),
+        "value_loss": v_loss.detach(),
+        "entropy": entropy_loss.detach(),
+        "old_approx_kl": old_approx_kl,
+        "approx_kl": approx_kl,
+        "clipfrac": clipfrac,
+    }
+    return loss, stats
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    validate_args(args)
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = os.path.join(args.log_dir, run_name)
+
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(run_dir)
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    # env setup
+    envs = make_env(args.env_id, args.num_envs, args.vector_mode, args.max_episode_steps)
+    obs_shape = envs.single_observation_space.shape
+
+    agent = Agent(obs_shape[0], envs.single_action_space.n).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    # ALGO Logic: Storage setup
+    obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    terminations = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+    truncations = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    # V(info["final_obs"]), filled on truncated rows only (read only where truncations is set)
+    final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    recent_returns: list[float] = []
+
+    # TRY NOT TO MODIFY: start the game
+    global_step = 0
+    start_time = time.time()
+    last_print = 0.0
+    next_obs_np, _ = envs.reset(seed=args.seed)
+    next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+
+    for iteration in range(1, args.num_iterations + 1):
+        # Annealing the rate if instructed to do so.
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            lrnow = frac * args.learning_rate
+            optimizer.param_groups[0]["lr"] = lrnow
+
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+
+            # ALGO LOGIC: action logic
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+                values[step] = value
+            actions[step] = action
+            logprobs[step] = logprob
+
+            # TRY NOT TO MODIFY: execute the game and log data.
+            # Same-step autoreset: at a boundary next_obs is already the reset observation of the
+            # next episode; the episode's last observation is info["final_obs"][i].
+            next_obs_np, reward, term, trunc, info = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            terminations[step] = torch.as_tensor(term, device=device)
+            truncations[step] = torch.as_tensor(trunc, device=device)
+            next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+
+            # A truncation bootstraps V(final obs): one extra value call, for the truncated rows only
+            # (the network does not change during the rollout, so now is as good as later).
+            truncated = np.flatnonzero(trunc & ~term)
+            if truncated.size:
+                final_obs = torch.as_tensor(np.stack(info["final_obs"][truncated]), dtype=torch.float32, device=device)
+                with torch.no_grad():
+                    final_values[step, truncated] = agent.get_value(final_obs)
+
+            if "episode" in info:
+                for i in np.flatnonzero(info["_episode"]):
+                    writer.add_scalar("charts/episodic_return", info["episode"]["r"][i], global_step)
+                    writer.add_scalar("charts/episodic_length", info["episode"]["l"][i], global_step)
+                    recent_returns.append(float(info["episode"]["r"][i]))
+
+        # bootstrap value and GAE (see compute_gae_same_step for the autoreset rules)
+        with torch.no_grad():
+            next_values = torch.cat([values[1:], agent.get_value(next_obs)[None]], dim=0)
+            next_values = torch.where(truncations & ~terminations, final_values, next_values)
+            advantages = compute_gae_same_step(
+                values, next_values, rewards, terminations, truncations, args.gamma, args.gae_lambda
+            )
+            returns = advantages + values
+
+        # flatten the batch
+        b_obs = obs.reshape((-1,) + obs_shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape(-1)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        # Optimizing the policy and value network
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            b_inds = torch.randperm(args.batch_size, device=device)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = b_inds[start : start + args.minibatch_size]
+                loss, stats = ppo_loss(
+                    agent,
+                    b_obs[mb_inds],
+                    b_actions[mb_inds],
+                    b_logprobs[mb_inds],
+                    b_advantages[mb_inds],
+                    b_returns[mb_inds],
+                    b_values[mb_inds],
+                    args,
+                )
+                clipfracs.append(stats["clipfrac"])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+                break
+
+        var_y = b_returns.var()
+        explained_var = (1 - (b_returns - b_values).var() / var_y).item() if var_y > 0 else float("nan")
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", stats["value_loss"].item(), global_step)
+        writer.add_scalar("losses/policy_loss", stats["policy_loss"].item(), global_step)
+        writer.add_scalar("losses/entropy", stats["entropy"].item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", stats["old_approx_kl"].item(), global_step)
+        writer.add_scalar("losses/approx_kl", stats["approx_kl"].item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+
+        now = time.time()
+        if now - last_print > 10 or iteration == args.num_iterations:
+            last_print = now
+            recent = recent_returns[-20:]
+            mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
+            eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
+            print(
+                f"step {global_step:,}/{args.num_iterations * args.batch_size:,}  SPS {sps:,}  "
+                f"return(last {len(recent)}) {mean_return}  episodes {len(recent_returns):,}  ETA {eta / 60:.1f} min",
+                flush=True,
+            )
+
+    if args.save_model:
+        model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
+        torch.save({"script": "ppo", "model_state_dict": agent.state_dict(), "args": vars(args)}, model_path)
+        print(f"model saved to {model_path}")
+
+    envs.close()
+    writer.close()
