@@ -1,0 +1,588 @@
+# PPO for MuJoCo through EnvPool's XLA interface, in JAX: the JAX twin of
+# ppo_continuous_action_envpool.py.
+# Hyperparameters: CleanRL's MuJoCo table (EnvPool paper, appendix F, Table 5).
+# Autoreset semantics: "The Value of Autoresetting" (Gymnasium), next-step mode.
+# Jitting: "Jitting for JAX" (EnvPool paper): env.xla() gives send/recv/step usable inside jax.jit,
+# so one collect-and-update iteration -- normalisers included -- is a single compiled call.
+import difflib
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import envpool
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax.training.train_state import TrainState
+
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax.monitoring event name
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (jax, numpy, python and the EnvPool simulators)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model weights, normaliser state and args to `runs/{run_name}/{exp_name}.cleanrl_model`"""
+    log_dir: str = "runs"
+    """the folder the run's tensorboard events (and saved model) go under"""
+
+    # Algorithm specific arguments (EnvPool paper, Table 5)
+    env_id: str = "HalfCheetah-v4"
+    """the id of the environment (any EnvPool MuJoCo id, e.g. HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4, Humanoid-v5)"""
+    total_timesteps: int = 10_000_000
+    """total timesteps of the experiments (agent steps, counting every env)"""
+    learning_rate: float = 0.00295
+    """the learning rate of the optimizer"""
+    num_envs: int = 64
+    """the number of parallel game environments"""
+    num_steps: int = 64
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 2
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization (per minibatch, over valid rows only)"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = False
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.0
+    """coefficient of the entropy"""
+    vf_coef: float = 1.3
+    """coefficient of the value function"""
+    max_grad_norm: float = 3.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold (early stop of the update epochs)"""
+    max_episode_steps: int | None = None
+    """time limit per episode in agent steps (default: the env's own, 1000 for the locomotion tasks); reaching it truncates"""
+    obs_clip: float = 10.0
+    """normalised observations are clipped to [-obs_clip, obs_clip]"""
+    reward_clip: float = 10.0
+    """scaled rewards are clipped to [-reward_clip, reward_clip]"""
+
+    # Levers from the rl_games column of the EnvPool paper (off by default: the defaults are Table 5)
+    norm_value: bool = False
+    """the critic predicts returns standardised by their running mean/std (values are de-standardised for GAE)"""
+    kl_adaptive_lr: float | None = None
+    """target KL of an adaptive learning rate replacing --anneal-lr: after each epoch, lr / 1.5 if approx KL > 2x target, lr x 1.5 if < target / 2"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def validate_args(args: Args) -> None:
+    """Exit with one clear line (no traceback) on impossible settings."""
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
+        if getattr(args, name) <= 0:
+            sys.exit(f"error: --{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if args.max_episode_steps is not None and args.max_episode_steps <= 0:
+        sys.exit(f"error: --max-episode-steps must be a positive integer, got {args.max_episode_steps}")
+    if args.learning_rate <= 0:
+        sys.exit(f"error: --learning-rate must be positive, got {args.learning_rate}")
+    if not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
+        sys.exit(f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {args.gae_lambda}")
+    for name in ("obs_clip", "reward_clip"):
+        if getattr(args, name) <= 0:
+            sys.exit(f"error: --{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.kl_adaptive_lr is not None and args.kl_adaptive_lr <= 0:
+        sys.exit(f"error: --kl-adaptive-lr must be positive, got {args.kl_adaptive_lr}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches != 0:
+        sys.exit(
+            f"error: --num-minibatches {args.num_minibatches} does not divide the batch size "
+            f"{batch_size} (= --num-envs {args.num_envs} x --num-steps {args.num_steps})"
+        )
+    if batch_size > args.total_timesteps:
+        sys.exit(f"error: --total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
+    mujoco_ids = [env_id for env_id, spec in envpool.registration.registry.specs.items() if spec[0] == "envpool.mujoco.gym"]
+    if args.env_id not in mujoco_ids:
+        close = difflib.get_close_matches(args.env_id, mujoco_ids, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; e.g. HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4"
+        sys.exit(f"error: --env-id {args.env_id!r} is not an EnvPool MuJoCo environment{hint}")
+
+
+def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None):
+    """EnvPool MuJoCo (gymnasium API). No wrappers exist in EnvPool: normalisation is done by the
+    caller (RunningMeanStd below). `info["elapsed_step"]` counts the steps of the current episode."""
+    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    envs = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)
+    return envs
+
+
+class RunningMeanStd(flax.struct.PyTreeNode):
+    """Mean and population variance (ddof=0) of everything passed to `update`, merged batch by batch
+    (Chan et al.'s parallel algorithm). Starts empty (count 0). Float32 (JAX's default) where the
+    torch twin keeps float64; `mask` selects the rows that count."""
+
+    mean: jnp.ndarray
+    var: jnp.ndarray
+    count: jnp.ndarray
+
+    @classmethod
+    def create(cls, shape: tuple[int, ...] = ()) -> "RunningMeanStd":
+        return cls(jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.zeros((), jnp.float32))
+
+    def update(self, batch: jnp.ndarray, mask: jnp.ndarray | None = None) -> "RunningMeanStd":
+        batch = batch.reshape((-1,) + self.mean.shape).astype(jnp.float32)
+        weights = jnp.ones(batch.shape[0], jnp.float32) if mask is None else mask.reshape(-1).astype(jnp.float32)
+        weights = weights.reshape((-1,) + (1,) * self.mean.ndim)
+        batch_count = weights.sum()
+        safe_count = jnp.maximum(batch_count, 1.0)
+        batch_mean = (batch * weights).sum(0) / safe_count
+        batch_var = ((batch - batch_mean) ** 2 * weights).sum(0) / safe_count
+        total = self.count + batch_count
+        safe_total = jnp.maximum(total, 1.0)
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / safe_total
+        updated = self.replace(mean=self.mean + delta * batch_count / safe_total, var=m2 / safe_total, count=total)
+        # an empty batch changes nothing
+        return jax.tree.map(lambda new, old: jnp.where(batch_count > 0, new, old), updated, self)
+
+
+def normalize_obs(obs: jnp.ndarray, obs_rms: RunningMeanStd, clip: float) -> jnp.ndarray:
+    """(obs - mean) / std, clipped to [-clip, clip]."""
+    return jnp.clip((obs - obs_rms.mean) / jnp.sqrt(obs_rms.var + 1e-8), -clip, clip).astype(jnp.float32)
+
+
+class RewardScaler(flax.struct.PyTreeNode):
+    """Reward divided by the running std of the discounted return, clipped to [-clip, clip].
+
+    Each env keeps its discounted-return accumulator R <- gamma * R + r, reset to 0 after every
+    boundary (termination or truncation). Stale steps (the one after a boundary: EnvPool ignores the
+    action and returns reward 0) do not update the statistics. Their scaled reward is 0 and their
+    row is masked. A pure function: `scale` returns the new scaler with the scaled reward."""
+
+    return_rms: RunningMeanStd
+    returns: jnp.ndarray
+
+    @classmethod
+    def create(cls, num_envs: int) -> "RewardScaler":
+        return cls(RunningMeanStd.create(()), jnp.zeros(num_envs, jnp.float32))
+
+    def scale(self, reward, episode_over, stale, gamma: float, clip: float) -> tuple["RewardScaler", jnp.ndarray]:
+        returns = self.returns * gamma + reward
+        return_rms = self.return_rms.update(returns, ~stale)
+        scaled = jnp.clip(reward / jnp.sqrt(return_rms.var + 1e-8), -clip, clip)
+        return self.replace(return_rms=return_rms, returns=jnp.where(episode_over, 0.0, returns)), scaled
+
+
+class Agent(nn.Module):
+    """Separate 64-64 tanh MLPs for the value and the Gaussian mean; state-independent log-std.
+    Inputs are normalised observations; sampled actions are unbounded (clipped only in the env)."""
+
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+        """(action mean, action log-std, value)"""
+
+        def mlp(x, last_features, last_std):
+            for _ in range(2):
+                x = nn.tanh(nn.Dense(64, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            return nn.Dense(last_features, kernel_init=nn.initializers.orthogonal(last_std))(x)
+
+        value = mlp(obs, 1, 1.0).squeeze(-1)
+        action_mean = mlp(obs, self.action_dim, 0.01)
+        actor_logstd = self.param("actor_logstd", nn.initializers.zeros, (1, self.action_dim))
+        return action_mean, jnp.broadcast_to(actor_logstd, action_mean.shape), value
+
+
+def gaussian_logprob_entropy(mean, logstd, action):
+    """Diagonal Gaussian: summed log-prob of `action` and summed entropy."""
+    logprob = -0.5 * ((action - mean) / jnp.exp(logstd)) ** 2 - logstd - 0.5 * jnp.log(2 * jnp.pi)
+    entropy = 0.5 + 0.5 * jnp.log(2 * jnp.pi) + logstd
+    return logprob.sum(-1), entropy.sum(-1)
+
+
+def compute_gae(
+    values: jnp.ndarray,  # (T+1, N): V(obs_t), last row V(obs after the rollout)
+    rewards: jnp.ndarray,  # (T, N)
+    terminations: jnp.ndarray,  # (T, N) bool
+    truncations: jnp.ndarray,  # (T, N) bool
+    prev_episode_over: jnp.ndarray,  # (N,) bool: the step before row 0 ended an episode
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """GAE for next-step autoreset rollouts, as a reverse `lax.scan`. Returns (advantages,
+    valid_mask), both (T, N); same rules as the torch twin's compute_gae:
+      - a termination bootstraps 0; a truncation bootstraps V(next obs) = values[t + 1];
+      - the accumulation stops at every boundary, so nothing flows back across episodes;
+      - the row after a boundary is stale: valid_mask is False there and its advantage is 0."""
+    episode_over = terminations | truncations
+    bootstrap = (~terminations).astype(values.dtype)
+    keep_accumulating = (~episode_over).astype(values.dtype)
+
+    def step(last_gae, row):
+        reward, value, next_value, bootstrap_t, keep_t = row
+        delta = reward + gamma * bootstrap_t * next_value - value
+        last_gae = delta + gamma * gae_lambda * keep_t * last_gae
+        return last_gae, last_gae
+
+    rows = (rewards.astype(values.dtype), values[:-1], values[1:], bootstrap, keep_accumulating)
+    _, advantages = jax.lax.scan(step, jnp.zeros_like(values[0]), rows, reverse=True)
+    valid_mask = jnp.concatenate([~prev_episode_over[None], ~episode_over[:-1]], axis=0)
+    return advantages * valid_mask, valid_mask
+
+
+def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1)
+
+
+def ppo_loss(params, agent: Agent, obs, actions, old_logprobs, advantages, returns, old_values, valid, args: Args):
+    """Clipped PPO loss on one minibatch. Stale rows (valid == False) contribute nothing: every
+    mean, including the advantage normalisation statistics, runs over valid rows only."""
+    mask = valid.astype(jnp.float32)
+    action_mean, action_logstd, newvalue = agent.apply(params, obs)
+    newlogprob, entropy = gaussian_logprob_entropy(action_mean, action_logstd, actions)
+    logratio = newlogprob - old_logprobs
+    ratio = jnp.exp(logratio)
+
+    # http://joschu.net/blog/kl-approx.html
+    old_approx_kl = masked_mean(-logratio, mask)
+    approx_kl = masked_mean((ratio - 1) - logratio, mask)
+    clipfrac = masked_mean((jnp.abs(ratio - 1.0) > args.clip_coef).astype(jnp.float32), mask)
+
+    if args.norm_adv:
+        count = jnp.maximum(mask.sum(), 2)
+        mean = masked_mean(advantages, mask)
+        std = jnp.sqrt(((advantages - mean) ** 2 * mask).sum() / (count - 1))
+        advantages = (advantages - mean) / (std + 1e-8)
+
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * jnp.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = masked_mean(jnp.maximum(pg_loss1, pg_loss2), mask)
+
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - returns) ** 2
+        v_clipped = old_values + jnp.clip(newvalue - old_values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * masked_mean(jnp.maximum(v_loss_unclipped, v_loss_clipped), mask)
+    else:
+        v_loss = 0.5 * masked_mean((newvalue - returns) ** 2, mask)
+
+    entropy_loss = masked_mean(entropy, mask)
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    stats = {
+        "policy_loss": pg_loss,
+        "value_loss": v_loss,
+        "entropy": entropy_loss,
+        "old_approx_kl": old_approx_kl,
+        "approx_kl": approx_kl,
+        "clipfrac": clipfrac,
+    }
+    return loss, jax.tree.map(jax.lax.stop_gradient, stats)
+
+
+class Normalizers(flax.struct.PyTreeNode):
+    obs_rms: RunningMeanStd
+    reward_scaler: RewardScaler
+    value_rms: RunningMeanStd  # --norm-value: statistics of the valid returns
+
+
+def make_train_iteration(args: Args, agent: Agent, step_env, action_low: np.ndarray, action_high: np.ndarray):
+    """One jitted PPO iteration: rollout (lax.scan over EnvPool's XLA step, normalisers updated on
+    the way), GAE, then update_epochs x num_minibatches gradient steps. Every argument is an array,
+    so it compiles once.
+
+    runner = (train_state, normalizers, env handle, next_obs (normalised), next_stale,
+              prev_episode_over, episode_returns, key)."""
+
+    def value_stats(value_rms):
+        # --norm-value: value = critic output * value_std + value_mean (identity without it)
+        if not args.norm_value:
+            return 0.0, 1.0
+        return value_rms.mean, jnp.sqrt(value_rms.var + 1e-8)
+
+    def rollout_step(carry, _):
+        params, norms, handle, obs, stale, episode_returns, key = carry
+        value_mean, value_std = value_stats(norms.value_rms)
+        key, action_key = jax.random.split(key)
+        action_mean, action_logstd, value = agent.apply(params, obs)
+        noise = jax.random.normal(action_key, action_mean.shape, action_mean.dtype)
+        action = action_mean + jnp.exp(action_logstd) * noise
+        logprob, _ = gaussian_logprob_entropy(action_mean, action_logstd, action)
+        # The env gets the action clipped to its bounds; the buffer keeps the unclipped sample whose
+        # log-prob was stored. On a stale step (the one after a boundary) EnvPool ignores the action
+        # and returns the reset observation with reward 0; compute_gae masks that row.
+        env_action = jnp.clip(action, action_low, action_high).astype(jnp.float64)  # MuJoCo speaks float64
+        handle, (next_obs, reward, term, trunc, info) = step_env(handle, env_action)
+        next_obs, reward = next_obs.astype(jnp.float32), reward.astype(jnp.float32)
+        episode_over = term | trunc
+        reward_scaler, scaled_reward = norms.reward_scaler.scale(reward, episode_over, stale, args.gamma, args.reward_clip)
+        obs_rms = norms.obs_rms.update(next_obs)
+        norms = norms.replace(obs_rms=obs_rms, reward_scaler=reward_scaler)
+        # Episode length is EnvPool's elapsed_step, which does not count stale steps.
+        episode_returns = episode_returns + reward
+        row = {
+            "obs": obs,
+            "actions": action,
+            "logprobs": logprob,
+            "values": value * value_std + value_mean,
+            "rewards": scaled_reward,
+            "terminations": term,
+            "truncations": trunc,
+            "episode_over": episode_over,
+            "episode_return": episode_returns,
+            "episode_length": info["elapsed_step"],
+        }
+        next_obs = normalize_obs(next_obs, obs_rms, args.obs_clip)
+        episode_returns = jnp.where(episode_over, 0.0, episode_returns)
+        return (params, norms, handle, next_obs, episode_over, episode_returns, key), row
+
+    def update_minibatch(train_state, minibatch):
+        grad_fn = jax.value_and_grad(ppo_loss, has_aux=True)
+        (_, stats), grads = grad_fn(train_state.params, agent, *minibatch, args)
+        return train_state.apply_gradients(grads=grads), stats
+
+    def update_epoch(carry, _):
+        train_state, batch, key, stop = carry
+        key, perm_key = jax.random.split(key)
+        perm = jax.random.permutation(perm_key, args.batch_size)
+        minibatches = jax.tree.map(lambda x: x[perm].reshape((args.num_minibatches, -1) + x.shape[1:]), batch)
+        new_state, stats = jax.lax.scan(update_minibatch, train_state, minibatches)
+        if args.kl_adaptive_lr is not None:
+            epoch_kl = stats["approx_kl"].mean()
+            lr = new_state.opt_state.hyperparams["learning_rate"]
+            lr = jnp.where(epoch_kl > 2.0 * args.kl_adaptive_lr, jnp.maximum(lr / 1.5, 1e-6), lr)
+            lr = jnp.where(epoch_kl < 0.5 * args.kl_adaptive_lr, jnp.minimum(lr * 1.5, 1e-2), lr)
+            new_state.opt_state.hyperparams["learning_rate"] = lr
+        if args.target_kl is None:
+            return (new_state, batch, key, stop), (stats, ~stop)
+        # early stop: once an epoch ends above target_kl, the later epochs change nothing
+        new_state = jax.tree.map(lambda old, new: jnp.where(stop, old, new), train_state, new_state)
+        done = stop | (stats["approx_kl"][-1] > args.target_kl)
+        return (new_state, batch, key, done), (stats, ~stop)
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_iteration(runner, iteration):
+        train_state, norms, handle, next_obs, next_stale, prev_episode_over, episode_returns, key = runner
+        # Annealing the rate if instructed to do so (--kl-adaptive-lr keeps its own rate).
+        if args.anneal_lr and args.kl_adaptive_lr is None:
+            frac = 1.0 - (iteration - 1) / args.num_iterations
+            lrnow = (frac * args.learning_rate).astype(jnp.float32)
+            train_state.opt_state.hyperparams["learning_rate"] = lrnow  # optax.inject_hyperparams
+
+        carry = (train_state.params, norms, handle, next_obs, next_stale, episode_returns, key)
+        (_, norms, handle, next_obs, next_stale, episode_returns, key), rollout = jax.lax.scan(
+            rollout_step, carry, length=args.num_steps
+        )
+
+        # bootstrap value and GAE (see compute_gae for the autoreset rules)
+        value_mean, value_std = value_stats(norms.value_rms)
+        next_value = agent.apply(train_state.params, next_obs)[2] * value_std + value_mean
+        values = jnp.concatenate([rollout["values"], next_value[None]], axis=0)
+        advantages, valid_mask = compute_gae(
+            values,
+            rollout["rewards"],
+            rollout["terminations"],
+            rollout["truncations"],
+            prev_episode_over,
+            args.gamma,
+            args.gae_lambda,
+        )
+        returns = advantages + values[:-1]
+        prev_episode_over = rollout["terminations"][-1] | rollout["truncations"][-1]
+        if args.norm_value:
+            norms = norms.replace(value_rms=norms.value_rms.update(returns, valid_mask))
+            value_mean, value_std = value_stats(norms.value_rms)
+
+        # flatten the batch; the value loss works in the critic's output space (identity without
+        # --norm-value): (obs, actions, old logprobs, advantages, value targets, old critic, valid)
+        flat = (
+            rollout["obs"],
+            rollout["actions"],
+            rollout["logprobs"],
+            advantages,
+            (returns - value_mean) / value_std,
+            (values[:-1] - value_mean) / value_std,
+            valid_mask,
+        )
+        batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]), flat)
+
+        # Optimizing the policy and value network
+        key, epoch_key = jax.random.split(key)
+        (train_state, _, _, _), (stats, ran) = jax.lax.scan(
+            update_epoch, (train_state, batch, epoch_key, jnp.array(False)), length=args.update_epochs
+        )
+        # as in the torch twin: the last minibatch's statistics, clipfrac over every minibatch run
+        last_epoch = jnp.maximum(ran.sum() - 1, 0)
+        logs = {name: value[last_epoch, -1] for name, value in stats.items()}
+        logs["clipfrac"] = (stats["clipfrac"] * ran[:, None]).sum() / (ran.sum() * args.num_minibatches)
+
+        b_returns, b_values, b_valid = returns.reshape(-1), values[:-1].reshape(-1), valid_mask.reshape(-1)
+        var_y = masked_mean((b_returns - masked_mean(b_returns, b_valid)) ** 2, b_valid)
+        residual = b_returns - b_values
+        var_res = masked_mean((residual - masked_mean(residual, b_valid)) ** 2, b_valid)
+        logs["explained_variance"] = jnp.where(var_y > 0, 1 - var_res / var_y, jnp.nan)
+        logs["learning_rate"] = train_state.opt_state.hyperparams["learning_rate"]
+        for name in ("episode_over", "episode_return", "episode_length"):
+            logs[name] = rollout[name]
+        runner = (train_state, norms, handle, next_obs, next_stale, prev_episode_over, episode_returns, key)
+        return runner, logs
+
+    return train_iteration
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    validate_args(args)
+    # EnvPool MuJoCo's XLA step takes and returns float64: enable it, and keep everything else float32
+    jax.config.update("jax_enable_x64", True)
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = os.path.join(args.log_dir, run_name)
+
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(run_dir)
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    key = jax.random.PRNGKey(args.seed)
+    key, agent_key = jax.random.split(key)
+
+    # env setup: EnvPool's XLA step runs inside the jitted iteration
+    envs = make_env(args.env_id, args.num_envs, args.seed, args.max_episode_steps)
+    handle, _, _, step_env = envs.xla()
+    obs_shape = envs.single_observation_space.shape
+    action_shape = envs.single_action_space.shape
+    action_low = envs.single_action_space.low.astype(np.float32)
+    action_high = envs.single_action_space.high.astype(np.float32)
+
+    agent = Agent(int(np.prod(action_shape)))
+    tx = optax.inject_hyperparams(
+        lambda learning_rate: optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+    )(learning_rate=jnp.asarray(args.learning_rate, jnp.float32))
+
+    # Normalisation, update-then-normalise: every observation EnvPool returns (reset, regular, an
+    # episode's last one, the reset one of a stale step) enters the statistics once, on arrival, and
+    # is then normalised with the updated statistics and stored normalised.
+    next_obs_np, _ = envs.reset()
+    norms = Normalizers(RunningMeanStd.create(obs_shape), RewardScaler.create(args.num_envs), RunningMeanStd.create(()))
+    norms = norms.replace(obs_rms=norms.obs_rms.update(jnp.asarray(next_obs_np, jnp.float32)))
+    next_obs = normalize_obs(jnp.asarray(next_obs_np, jnp.float32), norms.obs_rms, args.obs_clip)
+    train_state = TrainState.create(apply_fn=None, params=agent.init(agent_key, next_obs), tx=tx)
+    train_iteration = make_train_iteration(args, agent, step_env, action_low, action_high)
+
+    # TRY NOT TO MODIFY: start the game
+    # The step before the first one is not a boundary: row 0 of the first rollout is valid.
+    no_env = np.zeros(args.num_envs, bool)
+    runner = jax.device_put((train_state, norms, handle, next_obs, no_env, no_env, np.zeros(args.num_envs, np.float32), key))
+    # Count XLA compilations: the first iteration compiles, no later one may (see the last print).
+    compilations = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **_: compilations.append(duration) if event == BACKEND_COMPILE_EVENT else None
+    )
+    recent_returns: list[float] = []
+    global_step = 0
+    start_time = time.time()
+    last_print = 0.0
+    for iteration in range(1, args.num_iterations + 1):
+        runner, logs = train_iteration(runner, np.int32(iteration))
+        logs = jax.device_get(logs)  # waits for the iteration; Python only logs from here on
+        if iteration == 1:
+            first_iteration_compilations = len(compilations)
+
+        # Episode statistics in raw (unscaled) reward units, gathered inside the scan.
+        for step, env in zip(*np.nonzero(logs["episode_over"])):
+            step_of_episode = global_step + (step + 1) * args.num_envs
+            writer.add_scalar("charts/episodic_return", logs["episode_return"][step, env], step_of_episode)
+            writer.add_scalar("charts/episodic_length", logs["episode_length"][step, env], step_of_episode)
+            recent_returns.append(float(logs["episode_return"][step, env]))
+        global_step += args.batch_size
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", logs["learning_rate"].item(), global_step)
+        writer.add_scalar("losses/value_loss", logs["value_loss"].item(), global_step)
+        writer.add_scalar("losses/policy_loss", logs["policy_loss"].item(), global_step)
+        writer.add_scalar("losses/entropy", logs["entropy"].item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", logs["old_approx_kl"].item(), global_step)
+        writer.add_scalar("losses/approx_kl", logs["approx_kl"].item(), global_step)
+        writer.add_scalar("losses/clipfrac", logs["clipfrac"].item(), global_step)
+        writer.add_scalar("losses/explained_variance", logs["explained_variance"].item(), global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+
+        now = time.time()
+        if now - last_print > 10 or iteration == args.num_iterations:
+            last_print = now
+            recent = recent_returns[-20:]
+            mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
+            eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
+            print(
+                f"step {global_step:,}/{args.num_iterations * args.batch_size:,}  SPS {sps:,}  "
+                f"return(last {len(recent)}) {mean_return}  episodes {len(recent_returns):,}  ETA {eta / 60:.1f} min",
+                flush=True,
+            )
+    # The iteration's inputs keep their shapes and dtypes, so nothing compiles after iteration 1.
+    print(
+        f"XLA compilations: {first_iteration_compilations} in iteration 1 "
+        f"({sum(compilations[:first_iteration_compilations]):.1f} s), "
+        f"{len(compilations) - first_iteration_compilations} in the {args.num_iterations - 1} later iterations"
+    )
+
+    if args.save_model:
+        model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
+        # flax msgpack; "model_state_dict" holds the flax params (same keys as the torch twin's file)
+        norms = runner[1]
+        checkpoint = {
+            "script": "ppo_continuous_action_envpool_xla_jax",
+            "model_state_dict": runner[0].params,
+            "args": vars(args),
+            "obs_rms": flax.serialization.to_state_dict(norms.obs_rms),
+            "return_rms": flax.serialization.to_state_dict(norms.reward_scaler.return_rms),
+            "value_rms": flax.serialization.to_state_dict(norms.value_rms),
+        }
+        with open(model_path, "wb") as f:
+            f.write(flax.serialization.msgpack_serialize(checkpoint))
+        print(f"model saved to {model_path}")
+
+    envs.close()
+    writer.close()
