@@ -2,8 +2,12 @@
 # Hyperparameters: CleanRL's classic-control defaults (cleanrl/ppo.py, CartPole-v1).
 # Autoreset semantics: "The Value of Autoresetting" (Gymnasium), same-step mode.
 import difflib
+import io
+import multiprocessing
 import os
+import pickle
 import random
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -37,6 +41,10 @@ class Args:
     """whether to save the model weights and args to `runs/{run_name}/{exp_name}.cleanrl_model`"""
     log_dir: str = "runs"
     """the folder the run's tensorboard events (and saved model) go under"""
+    checkpoint_every: int = 0
+    """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (0: only at Ctrl-C and at the end)"""
+    resume: str | None = None
+    """continue from a checkpoint: same run folder, args, step counter, lr schedule, optimiser, RNG and (sync) env states"""
 
     # Algorithm specific arguments (CleanRL's classic-control defaults)
     env_id: str = "CartPole-v1"
@@ -100,6 +108,8 @@ def validate_args(args: Args) -> None:
         sys.exit(f"error: --learning-rate must be positive, got {args.learning_rate}")
     if not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         sys.exit(f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {args.gae_lambda}")
+    if args.checkpoint_every < 0:
+        sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     if args.torch_threads < 0:
         sys.exit(f"error: --torch-threads must be >= 0 (0 = one per core), got {args.torch_threads}")
     if args.vector_mode not in ("sync", "async"):
@@ -140,7 +150,15 @@ def make_env(env_id: str, num_envs: int, vector_mode: str = "sync", max_episode_
     boundary; its same-step counting is checked in tests/test_ppo.py). Seed with `envs.reset(seed=...)`:
     sub-env i gets seed + i."""
     kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
-    env_fns = [lambda: gym.make(env_id, **kwargs) for _ in range(num_envs)]
+
+    def make_one() -> gym.Env:
+        if multiprocessing.parent_process() is not None:
+            # An AsyncVectorEnv worker. Ctrl-C in a terminal reaches the whole process group: only
+            # the main process acts on it (finish the iteration, checkpoint); a worker must not die.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return gym.make(env_id, **kwargs)
+
+    env_fns = [make_one for _ in range(num_envs)]
     vector_env = gym.vector.SyncVectorEnv if vector_mode == "sync" else gym.vector.AsyncVectorEnv
     envs = vector_env(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
@@ -217,6 +235,110 @@ def compute_gae_same_step(
     return advantages
 
 
+def save_checkpoint(path: str, state: dict) -> None:
+    """Write, then rename: a crash or Ctrl-C mid-write never leaves a torn checkpoint behind."""
+    tmp_path = path + ".tmp"
+    torch.save(state, tmp_path)
+    os.replace(tmp_path, path)
+
+
+def rng_states() -> dict:
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": (np_name, np_keys.tolist(), np_pos, np_has_gauss, np_cached),  # plain types: loads with weights_only
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_states(states: dict) -> None:
+    random.setstate(states["python"])
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = states["numpy"]
+    np.random.set_state((np_name, np.array(np_keys, dtype=np.uint32), np_pos, np_has_gauss, np_cached))
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def load_checkpoint(path: str, script: str) -> dict:
+    """A checkpoint of this script, or one clear line and exit."""
+    if not os.path.isfile(path):
+        sys.exit(f"error: --resume {path!r} does not exist")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        sys.exit(f"error: --resume {path!r} is not a readable checkpoint ({type(error).__name__})")
+    if not isinstance(checkpoint, dict) or "optimizer_state_dict" not in checkpoint:
+        sys.exit(f"error: --resume {path!r} is not a resumable checkpoint (no optimiser state)")
+    if checkpoint.get("script") != script:
+        sys.exit(f"error: --resume {path!r} is a checkpoint of {checkpoint.get('script')!r}, not of {script!r}")
+    return checkpoint
+
+
+class EnvStateUnpickler(pickle.Unpickler):
+    """Unpickles the sub-envs of a checkpoint, naming nothing but Gymnasium classes and numpy's
+    array, scalar and random-generator reconstructors: a tampered file cannot call anything else."""
+
+    NUMPY = {("numpy", "dtype"), ("numpy", "ndarray"), ("numpy._core.multiarray", "_reconstruct")}
+    NUMPY |= {("numpy._core.multiarray", "scalar")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in self.NUMPY or module.startswith("numpy.random."):
+            return super().find_class(module, name)
+        if module.startswith("gymnasium."):
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in an env state")
+
+
+def vector_env_state(envs: gym.vector.VectorEnv) -> dict | None:
+    """Everything the episodes in flight depend on, for a SyncVectorEnv under make_env's
+    RecordEpisodeStatistics: each sub-env whole (simulator state, `np_random`, TimeLimit's elapsed
+    steps, the order-enforcing and checker flags), the episode-statistics accumulators and the
+    autoreset bookkeeping. None where that cannot be had: AsyncVectorEnv (the envs live in
+    subprocesses), or envs that pickle by constructor arguments (EzPickle: Box2D, MuJoCo), which
+    would come back as fresh, un-reset envs.
+    The sub-envs are pickled: their state is arbitrary Python objects (CartPole's `state` array and
+    `steps_beyond_terminated`, a numpy Generator, wrapper counters), and a pickle gets all of it
+    for any classic-control env. It is stored as a uint8 tensor of the pickle so the checkpoint
+    still loads with torch.load(weights_only=True); EnvStateUnpickler reads it back."""
+    sync_env = envs.unwrapped
+    if not isinstance(sync_env, gym.vector.SyncVectorEnv):
+        return None
+    if any(isinstance(env.unwrapped, gym.utils.EzPickle) for env in sync_env.envs):
+        return None
+    try:
+        sub_envs = pickle.dumps(sync_env.envs)
+    except Exception:  # an env holding something unpicklable: resume with fresh episodes
+        return None
+    return {
+        "sub_envs": torch.frombuffer(bytearray(sub_envs), dtype=torch.uint8),
+        "autoreset_envs": torch.from_numpy(sync_env._autoreset_envs.copy()),
+        "episode_returns": torch.from_numpy(envs.episode_returns.copy()),
+        "episode_lengths": torch.from_numpy(envs.episode_lengths.copy()),
+        "prev_dones": torch.from_numpy(envs.prev_dones.copy()),
+        "episode_count": int(envs.episode_count),
+    }
+
+
+def set_vector_env_state(envs: gym.vector.VectorEnv, state: dict) -> None:
+    """Put a vector env made by make_env (sync) back into the state vector_env_state saved."""
+    sync_env = envs.unwrapped
+    sub_envs = EnvStateUnpickler(io.BytesIO(state["sub_envs"].numpy().tobytes())).load()
+    if len(sub_envs) != sync_env.num_envs:
+        raise ValueError(f"the saved env state has {len(sub_envs)} envs, not {sync_env.num_envs}")
+    for env in sync_env.envs:
+        env.close()
+    sync_env.envs = sub_envs
+    sync_env._autoreset_envs = state["autoreset_envs"].numpy().copy()
+    envs.episode_returns = state["episode_returns"].numpy().copy()
+    envs.episode_lengths = state["episode_lengths"].numpy().copy()
+    envs.prev_dones = state["prev_dones"].numpy().copy()
+    envs.episode_count = state["episode_count"]
+
+
 def ppo_loss(
     agent: Agent,
     obs: torch.Tensor,
@@ -268,12 +390,19 @@ def ppo_loss(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:
+        # The run continues with the hyperparameters it started with (they define the batch shapes
+        # and the lr schedule); only where to resume from and how often to checkpoint are new.
+        checkpoint = load_checkpoint(args.resume, "ppo")
+        args = Args(**{**checkpoint["args"], "resume": args.resume, "checkpoint_every": args.checkpoint_every})
     validate_args(args)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = os.path.join(args.log_dir, run_name)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
     if args.track:
         import wandb
@@ -288,7 +417,8 @@ if __name__ == "__main__":
         )
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(run_dir)
+    # On resume, events the interrupted run logged after its checkpoint are dropped (purge_step).
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
     writer.add_text(
         "hyperparameters",
         "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
@@ -310,6 +440,41 @@ if __name__ == "__main__":
 
     agent = Agent(obs_shape[0], envs.single_action_space.n).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    start_iteration, global_step = 1, 0
+    recent_returns: list[float] = []
+    if checkpoint:
+        agent.load_state_dict(checkpoint["model_state_dict"])
+        optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
+        set_rng_states(checkpoint["rng"])
+        start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
+        recent_returns = list(checkpoint["recent_returns"])
+        print(f"resumed {run_name} at iteration {checkpoint['iteration']} (global step {global_step:,})", flush=True)
+
+    def training_state(iteration: int) -> dict:
+        return {
+            "script": "ppo",
+            "run_name": run_name,
+            "args": vars(args),
+            "iteration": iteration,
+            "global_step": global_step,
+            "model_state_dict": agent.state_dict(),
+            "optimizer_state_dict": optimizer.state_dict(),
+            "rng": rng_states(),
+            "env_state": vector_env_state(envs),
+            "next_obs": next_obs.cpu(),
+            "recent_returns": recent_returns,
+        }
+
+    # Ctrl-C finishes the current iteration, writes a checkpoint and exits 0; a second one aborts.
+    stop_requested = False
+
+    def request_stop(signum, frame):
+        global stop_requested
+        stop_requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        print("\nCtrl-C: stopping after this iteration (press again to abort without saving)", flush=True)
+
+    signal.signal(signal.SIGINT, request_stop)
 
     # ALGO Logic: Storage setup
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, device=device)
@@ -321,16 +486,28 @@ if __name__ == "__main__":
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
     # V(info["final_obs"]), filled on truncated rows only (read only where truncations is set)
     final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
-    recent_returns: list[float] = []
 
     # TRY NOT TO MODIFY: start the game
-    global_step = 0
+    start_global_step = global_step
     start_time = time.time()
     last_print = 0.0
-    next_obs_np, _ = envs.reset(seed=args.seed)
-    next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+    if checkpoint and checkpoint["env_state"] is not None:
+        # Sync envs continue the very episodes the checkpoint interrupted: with the RNG states
+        # restored, the resumed run logs exactly what the uninterrupted one would have.
+        try:
+            set_vector_env_state(envs, checkpoint["env_state"])
+        except Exception as error:
+            sys.exit(f"error: --resume {args.resume!r} holds an env state that cannot be restored ({type(error).__name__})")
+        next_obs = checkpoint["next_obs"].to(device)
+    else:
+        # Fresh episodes. On resume under --vector-mode async (the envs live in subprocesses and
+        # cannot be snapshotted) they are seeded from the seed and the iteration, and the episodes
+        # the checkpoint interrupted are never logged.
+        env_seed = args.seed if checkpoint is None else args.seed + 7919 * checkpoint["iteration"]
+        next_obs_np, _ = envs.reset(seed=env_seed)
+        next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -417,7 +594,7 @@ if __name__ == "__main__":
         explained_var = (1 - (b_returns - b_values).var() / var_y).item() if var_y > 0 else float("nan")
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_global_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", stats["value_loss"].item(), global_step)
         writer.add_scalar("losses/policy_loss", stats["policy_loss"].item(), global_step)
@@ -428,8 +605,21 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
 
+        # Read the flag once: a Ctrl-C arriving after this point is acted on one iteration later, so
+        # a run never stops without the checkpoint it announces.
+        stopping = stop_requested
+        # A diverged run stops here, before any checkpoint could be overwritten with its state.
+        if not (torch.isfinite(loss) and all(torch.isfinite(p).all() for p in agent.parameters())):
+            writer.close()
+            saved = (
+                f"last good checkpoint: {checkpoint_path}" if os.path.exists(checkpoint_path) else "no checkpoint was written"
+            )
+            sys.exit(f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}")
+        if (args.checkpoint_every and iteration % args.checkpoint_every == 0) or stopping or iteration == args.num_iterations:
+            save_checkpoint(checkpoint_path, training_state(iteration))
+
         now = time.time()
-        if now - last_print > 10 or iteration == args.num_iterations:
+        if now - last_print > 10 or iteration == args.num_iterations or stopping:
             last_print = now
             recent = recent_returns[-20:]
             mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
@@ -439,6 +629,11 @@ if __name__ == "__main__":
                 f"return(last {len(recent)}) {mean_return}  episodes {len(recent_returns):,}  ETA {eta / 60:.1f} min",
                 flush=True,
             )
+        if stopping:
+            print(
+                f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"
+            )
+            break
 
     if args.save_model:
         model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")

@@ -6,6 +6,7 @@
 import difflib
 import os
 import random
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -39,6 +40,10 @@ class Args:
     """whether to save the model weights, normaliser state and args to `runs/{run_name}/{exp_name}.cleanrl_model`"""
     log_dir: str = "runs"
     """the folder the run's tensorboard events (and saved model) go under"""
+    checkpoint_every: int = 0
+    """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (0: only at Ctrl-C and at the end)"""
+    resume: str | None = None
+    """continue from a checkpoint: same run folder, args, step counter, lr schedule, optimiser, normaliser and RNG states"""
 
     # Algorithm specific arguments (EnvPool paper, Table 5)
     env_id: str = "HalfCheetah-v4"
@@ -112,6 +117,8 @@ def validate_args(args: Args) -> None:
         sys.exit(f"error: --learning-rate must be positive, got {args.learning_rate}")
     if not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         sys.exit(f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {args.gae_lambda}")
+    if args.checkpoint_every < 0:
+        sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     for name in ("obs_clip", "reward_clip"):
         if getattr(args, name) <= 0:
             sys.exit(f"error: --{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -281,6 +288,47 @@ def compute_gae(
     return advantages * valid_mask, valid_mask
 
 
+def save_checkpoint(path: str, state: dict) -> None:
+    """Write, then rename: a crash or Ctrl-C mid-write never leaves a torn checkpoint behind."""
+    tmp_path = path + ".tmp"
+    torch.save(state, tmp_path)
+    os.replace(tmp_path, path)
+
+
+def rng_states() -> dict:
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": (np_name, np_keys.tolist(), np_pos, np_has_gauss, np_cached),  # plain types: loads with weights_only
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_states(states: dict) -> None:
+    random.setstate(states["python"])
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = states["numpy"]
+    np.random.set_state((np_name, np.array(np_keys, dtype=np.uint32), np_pos, np_has_gauss, np_cached))
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def load_checkpoint(path: str, script: str) -> dict:
+    """A checkpoint of this script, or one clear line and exit."""
+    if not os.path.isfile(path):
+        sys.exit(f"error: --resume {path!r} does not exist")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        sys.exit(f"error: --resume {path!r} is not a readable checkpoint ({type(error).__name__})")
+    if not isinstance(checkpoint, dict) or "optimizer_state_dict" not in checkpoint:
+        sys.exit(f"error: --resume {path!r} is not a resumable checkpoint (no optimiser state)")
+    if checkpoint.get("script") != script:
+        sys.exit(f"error: --resume {path!r} is a checkpoint of {checkpoint.get('script')!r}, not of {script!r}")
+    return checkpoint
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1)
 
@@ -342,12 +390,19 @@ def ppo_loss(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:
+        # The run continues with the hyperparameters it started with (they define the batch shapes
+        # and the lr schedule); only where to resume from and how often to checkpoint are new.
+        checkpoint = load_checkpoint(args.resume, "ppo_continuous_action_envpool")
+        args = Args(**{**checkpoint["args"], "resume": args.resume, "checkpoint_every": args.checkpoint_every})
     validate_args(args)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = os.path.join(args.log_dir, run_name)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
     if args.track:
         import wandb
@@ -362,7 +417,8 @@ if __name__ == "__main__":
         )
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(run_dir)
+    # On resume, events the interrupted run logged after its checkpoint are dropped (purge_step).
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
     writer.add_text(
         "hyperparameters",
         "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
@@ -378,8 +434,10 @@ if __name__ == "__main__":
 
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    # env setup
-    envs = make_env(args.env_id, args.num_envs, args.seed, args.max_episode_steps)
+    # env setup. EnvPool's simulators cannot be snapshotted: a resumed run starts fresh episodes
+    # (seeded from the seed and the iteration) and the unfinished episodes are never logged.
+    env_seed = args.seed if checkpoint is None else args.seed + 7919 * checkpoint["iteration"]
+    envs = make_env(args.env_id, args.num_envs, env_seed, args.max_episode_steps)
     obs_shape = envs.single_observation_space.shape
     action_shape = envs.single_action_space.shape
     action_low = envs.single_action_space.low.astype(np.float32)
@@ -398,6 +456,50 @@ if __name__ == "__main__":
     # --norm-value: value = critic output * value_std + value_mean, statistics of the valid returns.
     value_rms = RunningMeanStd(())
     value_mean, value_std = 0.0, 1.0
+    start_iteration, global_step = 1, 0
+    if checkpoint:
+        agent.load_state_dict(checkpoint["model_state_dict"])
+        optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
+        set_rng_states(checkpoint["rng"])
+        # The running statistics carry on; the reward scaler's per-env discounted-return
+        # accumulators restart at 0, like the envs they follow.
+        obs_rms.load_state_dict(checkpoint["obs_rms"])
+        reward_scaler.return_rms.load_state_dict(checkpoint["return_rms"])
+        value_rms.load_state_dict(checkpoint["value_rms"])
+        if args.norm_value:
+            value_mean, value_std = float(value_rms.mean), float(np.sqrt(value_rms.var + 1e-8))
+        if args.kl_adaptive_lr is not None:
+            # not a schedule: the adapted rate is state, saved with the checkpoint
+            optimizer.param_groups[0]["lr"] = checkpoint["learning_rate"]
+        start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
+        print(f"resumed {run_name} at iteration {checkpoint['iteration']} (global step {global_step:,})", flush=True)
+
+    def training_state(iteration: int) -> dict:
+        return {
+            "script": "ppo_continuous_action_envpool",
+            "run_name": run_name,
+            "args": vars(args),
+            "iteration": iteration,
+            "global_step": global_step,
+            "model_state_dict": agent.state_dict(),
+            "optimizer_state_dict": optimizer.state_dict(),
+            "rng": rng_states(),
+            "obs_rms": obs_rms.state_dict(),
+            "return_rms": reward_scaler.return_rms.state_dict(),
+            "value_rms": value_rms.state_dict(),
+            "learning_rate": optimizer.param_groups[0]["lr"],
+        }
+
+    # Ctrl-C finishes the current iteration, writes a checkpoint and exits 0; a second one aborts.
+    stop_requested = False
+
+    def request_stop(signum, frame):
+        global stop_requested
+        stop_requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        print("\nCtrl-C: stopping after this iteration (press again to abort without saving)", flush=True)
+
+    signal.signal(signal.SIGINT, request_stop)
 
     # ALGO Logic: Storage setup
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, device=device)
@@ -413,7 +515,7 @@ if __name__ == "__main__":
     recent_returns: list[float] = []
 
     # TRY NOT TO MODIFY: start the game
-    global_step = 0
+    start_global_step = global_step
     start_time = time.time()
     last_print = 0.0
     next_obs_np, _ = envs.reset()
@@ -423,7 +525,7 @@ if __name__ == "__main__":
     prev_episode_over = torch.zeros(args.num_envs, dtype=torch.bool, device=device)
     next_stale = np.zeros(args.num_envs, dtype=bool)
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         # Annealing the rate if instructed to do so.
         if args.anneal_lr and args.kl_adaptive_lr is None:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -532,7 +634,7 @@ if __name__ == "__main__":
         explained_var = (1 - (valid_returns - valid_values).var() / var_y).item() if var_y > 0 else float("nan")
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_global_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", stats["value_loss"].item(), global_step)
         writer.add_scalar("losses/policy_loss", stats["policy_loss"].item(), global_step)
@@ -543,8 +645,21 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
 
+        # A diverged run stops here, before any checkpoint could be overwritten with its state.
+        if not (torch.isfinite(loss) and all(torch.isfinite(p).all() for p in agent.parameters())):
+            writer.close()
+            saved = (
+                f"last good checkpoint: {checkpoint_path}" if os.path.exists(checkpoint_path) else "no checkpoint was written"
+            )
+            sys.exit(f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}")
+        # The flag is read once: a Ctrl-C arriving after this line stops the next iteration, so a
+        # stop is never announced without the checkpoint it names.
+        stopping = stop_requested
+        if (args.checkpoint_every and iteration % args.checkpoint_every == 0) or stopping or iteration == args.num_iterations:
+            save_checkpoint(checkpoint_path, training_state(iteration))
+
         now = time.time()
-        if now - last_print > 10 or iteration == args.num_iterations:
+        if now - last_print > 10 or iteration == args.num_iterations or stopping:
             last_print = now
             recent = recent_returns[-20:]
             mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
@@ -554,6 +669,11 @@ if __name__ == "__main__":
                 f"return(last {len(recent)}) {mean_return}  episodes {len(recent_returns):,}  ETA {eta / 60:.1f} min",
                 flush=True,
             )
+        if stopping:
+            print(
+                f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"
+            )
+            break
 
     if args.save_model:
         model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")

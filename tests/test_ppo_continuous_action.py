@@ -164,6 +164,7 @@ def test_saved_model_holds_the_normaliser_and_evaluates(sync_and_async_runs):
         (["--total-timesteps", "100"], ["--total-timesteps 100"]),
         (["--obs-clip", "0"], ["--obs-clip", "0"]),
         (["--vector-mode", "Async"], ["--vector-mode", "'Async'"]),
+        (["--checkpoint-every", "-1"], ["--checkpoint-every", "-1"]),
     ],
 )
 def test_bad_input_gives_one_clear_line(args, expected):

@@ -382,6 +382,7 @@ def test_bad_input_gives_one_clear_line(args, expected):
         ({"total_timesteps": 100}, ["--total-timesteps 100"]),
         ({"learning_rate": 0.0}, ["--learning-rate", "0"]),
         ({"kl_adaptive_lr": -0.01}, ["--kl-adaptive-lr", "-0.01"]),
+        ({"checkpoint_every": -1}, ["--checkpoint-every", "-1"]),
         ({"num_envs": 6, "num_steps": 5, "num_minibatches": 4}, ["--num-minibatches 4", "30"]),
     ],
 )
