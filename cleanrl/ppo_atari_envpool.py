@@ -5,6 +5,7 @@ import difflib
 import os
 import random
 import signal
+import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -43,6 +44,10 @@ class Args:
     """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (0: only at Ctrl-C and at the end)"""
     resume: str | None = None
     """continue from a checkpoint: same run folder, args, step counter, lr schedule, optimiser and RNG states"""
+    capture_video: bool = False
+    """film an evaluation game to `runs/{run_name}/videos/` every --video-every iterations and at the end, in a separate process (the training envs never render)"""
+    video_every: int = 1000
+    """iterations between evaluation videos with --capture-video"""
 
     # Algorithm specific arguments (EnvPool paper, Table 3)
     env_id: str = "Breakout-v5"
@@ -110,6 +115,8 @@ def validate_args(args: Args) -> None:
         sys.exit(f"error: --learning-rate must be positive, got {args.learning_rate}")
     if not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         sys.exit(f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {args.gae_lambda}")
+    if args.video_every <= 0:
+        sys.exit(f"error: --video-every must be a positive integer, got {args.video_every}")
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     if args.torch_threads < 0:
@@ -129,10 +136,11 @@ def validate_args(args: Args) -> None:
         sys.exit(f"error: --env-id {args.env_id!r} is not an EnvPool Atari environment{hint}")
 
 
-def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000):
+def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000, render_mode: str | None = None):
     """EnvPool Atari with the standard DeepMind preprocessing (84x84 grey, 4-frame stack,
     frame-skip 4, up to 30 no-ops, fire on reset), life loss as termination and clipped rewards.
-    `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over."""
+    `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
+    `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
     envs = envpool.make(
         env_id,
         env_type="gymnasium",
@@ -141,6 +149,7 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_
         episodic_life=True,
         reward_clip=True,
         max_episode_steps=max_episode_steps,
+        render_mode=render_mode,
     )
     return envs
 
@@ -342,7 +351,8 @@ if __name__ == "__main__":
         # The run continues with the hyperparameters it started with (they define the batch shapes
         # and the lr schedule); only where to resume from and how often to checkpoint are new.
         checkpoint = load_checkpoint(args.resume, "ppo_atari_envpool")
-        args = Args(**{**checkpoint["args"], "resume": args.resume, "checkpoint_every": args.checkpoint_every})
+        new_flags = {name: getattr(args, name) for name in ("resume", "checkpoint_every", "capture_video", "video_every")}
+        args = Args(**{**checkpoint["args"], **new_flags})
     validate_args(args)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
@@ -395,6 +405,22 @@ if __name__ == "__main__":
         set_rng_states(checkpoint["rng"])
         start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
         print(f"resumed {run_name} at iteration {checkpoint['iteration']} (global step {global_step:,})", flush=True)
+
+    def model_file(path: str) -> str:
+        """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        torch.save({"script": "ppo_atari_envpool", "model_state_dict": agent.state_dict(), "args": vars(args)}, path)
+        return path
+
+    def film(iteration: int) -> subprocess.Popen:
+        """Evaluation video of the current policy, played by the evaluator in its own process."""
+        video_dir = os.path.join(run_dir, "videos", f"iteration-{iteration}")
+        model_path = model_file(os.path.join(video_dir, "model.cleanrl_model"))
+        command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
+        log = open(os.path.join(video_dir, "evaluate.log"), "w")
+        return subprocess.Popen(command + ["--capture-video", "--video-dir", video_dir, "--no-cuda"], stdout=log, stderr=log)
+
+    video_jobs: list[subprocess.Popen] = []
 
     def training_state(iteration: int) -> dict:
         return {
@@ -551,15 +577,15 @@ if __name__ == "__main__":
                 f"last good checkpoint: {checkpoint_path}" if os.path.exists(checkpoint_path) else "no checkpoint was written"
             )
             sys.exit(f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}")
-        if (
-            (args.checkpoint_every and iteration % args.checkpoint_every == 0)
-            or stop_requested
-            or iteration == args.num_iterations
-        ):
+        # Read the Ctrl-C flag once: a signal landing between two reads must not skip the save.
+        stopping = stop_requested
+        if (args.checkpoint_every and iteration % args.checkpoint_every == 0) or stopping or iteration == args.num_iterations:
             save_checkpoint(checkpoint_path, training_state(iteration))
+        if args.capture_video and (iteration % args.video_every == 0 or iteration == args.num_iterations or stopping):
+            video_jobs.append(film(iteration))
 
         now = time.time()
-        if now - last_print > 10 or iteration == args.num_iterations or stop_requested:
+        if now - last_print > 10 or iteration == args.num_iterations or stopping:
             last_print = now
             recent = recent_returns[-20:]
             mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
@@ -569,16 +595,18 @@ if __name__ == "__main__":
                 f"return(last {len(recent)}) {mean_return}  games {len(recent_returns):,}  ETA {eta / 60:.1f} min",
                 flush=True,
             )
-        if stop_requested:
+        if stopping:
             print(
                 f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"
             )
             break
 
     if args.save_model:
-        model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
-        torch.save({"script": "ppo_atari_envpool", "model_state_dict": agent.state_dict(), "args": vars(args)}, model_path)
-        print(f"model saved to {model_path}")
+        print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
+    for job in video_jobs:
+        video_dir = os.path.dirname(job.args[job.args.index("--model-path") + 1])
+        status = "written" if job.wait() == 0 else f"FAILED (exit {job.returncode}, see {video_dir}/evaluate.log)"
+        print(f"evaluation video {status}: {video_dir}")
 
     envs.close()
     writer.close()

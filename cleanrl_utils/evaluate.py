@@ -1,6 +1,7 @@
-"""Play a saved model and report per-episode returns.
+"""Play a saved model and report per-episode returns, optionally filming the episodes.
 
     python -m cleanrl_utils.evaluate --model-path runs/<run>/ppo_atari_envpool.cleanrl_model --episodes 10
+    python -m cleanrl_utils.evaluate --model-path ... --episodes 2 --capture-video   # MP4s beside the model
 
 A `.cleanrl_model` file holds the script name, its args and the weights (plus, for scripts that
 normalise observations, the normaliser state), so nothing else needs to be passed. The network and
@@ -16,6 +17,8 @@ import numpy as np
 import torch
 import tyro
 
+from cleanrl_utils.video import record_gymnasium_episodes
+
 
 @dataclass
 class EvalArgs:
@@ -29,6 +32,11 @@ class EvalArgs:
     """take the most likely action instead of sampling from the policy"""
     cuda: bool = True
     """use cuda when available"""
+    capture_video: bool = False
+    """write one MP4 per episode (Atari: the EnvPool games themselves; other envs: extra episodes played
+    in the same Gymnasium env id, MuJoCo rendered headless through EGL)"""
+    video_dir: str | None = None
+    """where the videos go (default: `videos/` beside the model file)"""
 
 
 def load_flax_checkpoint(model_path: str) -> dict | None:
@@ -58,39 +66,81 @@ def load_checkpoint(model_path: str) -> dict:
     return checkpoint
 
 
-def evaluate_atari_envpool(checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool) -> list[float]:
-    """Whole games (all lives) from the unclipped reward, one game per env so that short games
-    are not over-represented."""
-    script = importlib.import_module("cleanrl.ppo_atari_envpool")
-    train_args = checkpoint["args"]
-    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
-    agent = script.Agent(envs.single_action_space.n, bf16=train_args["bf16"], channels_last=train_args["channels_last"])
-    agent.load_state_dict(checkpoint["model_state_dict"])
-    agent.to(device).eval()
-
-    obs, _ = envs.reset()
+def play(
+    envs, act, episodes: int, reset_seed: int | None = None, atari: bool = False, video_dir: str | None = None
+) -> list[float]:
+    """One episode per env, so that short episodes are not over-represented; returns in raw units.
+    Atari: whole games (all lives) from the unclipped `info["reward"]`, over at `info["terminated"]`
+    or truncation; with `video_dir` each env's game is filmed from EnvPool's RGB renderer."""
+    obs, _ = envs.reset() if reset_seed is None else envs.reset(seed=reset_seed)
     returns = np.zeros(episodes)
     finished = np.zeros(episodes, dtype=bool)
+    writers = None
+    if video_dir is not None:
+        from cleanrl_utils.video import VideoWriter
+
+        writers = [VideoWriter(os.path.join(video_dir, f"eval-episode-{i}.mp4"), fps=15) for i in range(episodes)]
+        for i, frame in enumerate(envs.render(env_ids=np.arange(episodes))):
+            writers[i].append(frame)
     while not finished.all():
-        with torch.no_grad():
-            obs_t = torch.from_numpy(obs).to(device)
-            if greedy:
-                action = agent.actor(agent.hidden(obs_t)).argmax(dim=-1)
-            else:
-                action, _, _, _ = agent.get_action_and_value(obs_t)
-        obs, _, _, truncated, info = envs.step(action.cpu().numpy())
-        returns += info["reward"] * ~finished
-        finished |= info["terminated"].astype(bool) | truncated
+        obs, reward, terminated, truncated, info = envs.step(act(obs))
+        if atari:
+            reward, ended = info["reward"], info["terminated"].astype(bool) | truncated
+        else:
+            ended = terminated | truncated
+        returns += reward * ~finished
+        if writers is not None:
+            filming = np.flatnonzero(~finished)
+            for i, frame in zip(filming, envs.render(env_ids=filming)):
+                writers[i].append(frame)
+        finished |= ended
+    if writers is not None:
+        for writer in writers:
+            writer.close()
     envs.close()
     return returns.tolist()
 
 
-def evaluate_continuous_action_envpool(
-    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool
+def torch_sampler(agent, device: torch.device, greedy: bool, normalize=None, low=None, high=None, greedy_action=None):
+    """act(obs) for the torch scripts: optional frozen observation normalisation, sampled or greedy
+    actions (`greedy_action(obs)`: the argmax; continuous actions: the Gaussian mean), clipped to the
+    action bounds for continuous actions."""
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            obs_t = torch.as_tensor(normalize(obs) if normalize else obs, device=device)
+            if obs_t.dtype == torch.float64:
+                obs_t = obs_t.float()
+            if greedy:
+                action = greedy_action(obs_t) if greedy_action else agent.actor_mean(obs_t)
+            else:
+                action, _, _, _ = agent.get_action_and_value(obs_t)
+        action = action.cpu().numpy()
+        return np.clip(action, low, high).astype(np.float32) if low is not None else action
+
+    return act
+
+
+def evaluate_atari_envpool(
+    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
 ) -> list[float]:
-    """One episode per env, in raw reward units. Observations are normalised with the saved
-    statistics, frozen (never updated here); greedy plays the Gaussian mean. Actions are clipped
-    to the bounds as in training."""
+    script = importlib.import_module("cleanrl.ppo_atari_envpool")
+    train_args = checkpoint["args"]
+    render_mode = "rgb_array" if video_dir else None
+    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    agent = script.Agent(envs.single_action_space.n, bf16=train_args["bf16"], channels_last=train_args["channels_last"])
+    agent.load_state_dict(checkpoint["model_state_dict"])
+    agent.to(device).eval()
+    act = torch_sampler(agent, device, greedy, greedy_action=lambda obs: agent.actor(agent.hidden(obs)).argmax(dim=-1))
+    return play(envs, act, episodes, atari=True, video_dir=video_dir)
+
+
+def evaluate_continuous_action_envpool(
+    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
+) -> list[float]:
+    """Observations are normalised with the saved statistics, frozen (never updated here). EnvPool's
+    MuJoCo renderer needs an OpenGL context EnvPool 1.2 cannot create headless, so the videos are
+    extra episodes in Gymnasium's env of the same id (same MuJoCo model)."""
     script = importlib.import_module("cleanrl.ppo_continuous_action_envpool")
     train_args = checkpoint["args"]
     envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
@@ -100,60 +150,39 @@ def evaluate_continuous_action_envpool(
     agent.to(device).eval()
     obs_rms = script.RunningMeanStd(obs_shape)
     obs_rms.load_state_dict(checkpoint["obs_rms"])
-
-    obs, _ = envs.reset()
-    returns = np.zeros(episodes)
-    finished = np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        with torch.no_grad():
-            obs_t = torch.from_numpy(script.normalize_obs(obs, obs_rms, train_args["obs_clip"])).to(device)
-            if greedy:
-                action = agent.actor_mean(obs_t)
-            else:
-                action, _, _, _ = agent.get_action_and_value(obs_t)
-        env_action = np.clip(action.cpu().numpy(), action_space.low, action_space.high)
-        obs, reward, terminated, truncated, _ = envs.step(env_action.astype(np.float32))
-        returns += reward * ~finished
-        finished |= terminated | truncated
-    envs.close()
-    return returns.tolist()
+    normalize = lambda obs: script.normalize_obs(obs, obs_rms, train_args["obs_clip"])  # noqa: E731
+    act = torch_sampler(agent, device, greedy, normalize, action_space.low, action_space.high)
+    returns = play(envs, act, episodes)
+    if video_dir:
+        record_gymnasium_episodes(train_args["env_id"], act, video_dir, episodes, seed)
+    return returns
 
 
-def evaluate_ppo(checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool) -> list[float]:
-    """One episode per env of a same-step Gymnasium vector env; each return is read from
-    RecordEpisodeStatistics at the env's first boundary."""
+def evaluate_ppo(
+    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
+) -> list[float]:
     script = importlib.import_module("cleanrl.ppo")
     train_args = checkpoint["args"]
     envs = script.make_env(train_args["env_id"], episodes, "sync", train_args["max_episode_steps"])
     agent = script.Agent(envs.single_observation_space.shape[0], envs.single_action_space.n)
     agent.load_state_dict(checkpoint["model_state_dict"])
     agent.to(device).eval()
-
-    obs, _ = envs.reset(seed=seed)
-    returns = np.zeros(episodes)
-    finished = np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        with torch.no_grad():
-            obs_t = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            if greedy:
-                action = agent.actor(obs_t).argmax(dim=-1)
-            else:
-                action, _, _, _ = agent.get_action_and_value(obs_t)
-        obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
-        first_end = (terminated | truncated) & ~finished
-        if first_end.any():
-            returns[first_end] = info["episode"]["r"][first_end]
-            finished |= first_end
-    envs.close()
-    return returns.tolist()
+    act = torch_sampler(
+        agent,
+        device,
+        greedy,
+        normalize=lambda obs: obs.astype(np.float32),
+        greedy_action=lambda obs: agent.actor(obs).argmax(dim=-1),
+    )
+    returns = play(envs, act, episodes, reset_seed=seed)
+    if video_dir:
+        record_gymnasium_episodes(train_args["env_id"], act, video_dir, episodes, seed)
+    return returns
 
 
 def evaluate_ppo_continuous_action(
-    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool
+    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
 ) -> list[float]:
-    """One episode per env of a same-step Gymnasium vector env, in raw reward units (from
-    RecordEpisodeStatistics). Observations are normalised with the saved statistics, frozen;
-    greedy plays the Gaussian mean. Actions are clipped to the bounds as in training."""
     script = importlib.import_module("cleanrl.ppo_continuous_action")
     train_args = checkpoint["args"]
     envs = script.make_env(train_args["env_id"], episodes, "sync", train_args["max_episode_steps"])
@@ -163,34 +192,24 @@ def evaluate_ppo_continuous_action(
     agent.to(device).eval()
     obs_rms = script.RunningMeanStd(obs_shape)
     obs_rms.load_state_dict(checkpoint["obs_rms"])
-
-    obs, _ = envs.reset(seed=seed)
-    returns = np.zeros(episodes)
-    finished = np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        with torch.no_grad():
-            obs_t = torch.from_numpy(script.normalize_obs(obs, obs_rms, train_args["obs_clip"])).to(device)
-            if greedy:
-                action = agent.actor_mean(obs_t)
-            else:
-                action, _, _, _ = agent.get_action_and_value(obs_t)
-        env_action = np.clip(action.cpu().numpy(), action_space.low, action_space.high)
-        obs, _, terminated, truncated, info = envs.step(env_action)
-        first_end = (terminated | truncated) & ~finished
-        if first_end.any():
-            returns[first_end] = info["episode"]["r"][first_end]
-            finished |= first_end
-    envs.close()
-    return returns.tolist()
+    normalize = lambda obs: script.normalize_obs(obs, obs_rms, train_args["obs_clip"])  # noqa: E731
+    act = torch_sampler(agent, device, greedy, normalize, action_space.low, action_space.high)
+    returns = play(envs, act, episodes, reset_seed=seed)
+    if video_dir:
+        record_gymnasium_episodes(train_args["env_id"], act, video_dir, episodes, seed)
+    return returns
 
 
-def evaluate_atari_envpool_xla_jax(checkpoint: dict, episodes: int, seed: int, device, greedy: bool) -> list[float]:
+def evaluate_atari_envpool_xla_jax(
+    checkpoint: dict, episodes: int, seed: int, device, greedy: bool, video_dir=None
+) -> list[float]:
     """As evaluate_atari_envpool, for the JAX twin's flax parameters (runs on JAX's device)."""
     import jax
 
     script = importlib.import_module("cleanrl.ppo_atari_envpool_xla_jax")
     train_args = checkpoint["args"]
-    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    render = {"render_mode": "rgb_array"} if video_dir else {}
+    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], **render)
     agent = script.Agent(envs.single_action_space.n, bf16=train_args["bf16"], xla_conv=train_args["xla_conv"])
     params = checkpoint["model_state_dict"]
 
@@ -199,21 +218,12 @@ def evaluate_atari_envpool_xla_jax(checkpoint: dict, episodes: int, seed: int, d
         logits, _ = agent.apply(params, obs)
         return logits.argmax(-1) if greedy else jax.random.categorical(key, logits)
 
-    key = jax.random.PRNGKey(seed)
-    obs, _ = envs.reset()
-    returns = np.zeros(episodes)
-    finished = np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        key, action_key = jax.random.split(key)
-        obs, _, _, truncated, info = envs.step(np.asarray(policy(obs, action_key)))
-        returns += info["reward"] * ~finished
-        finished |= info["terminated"].astype(bool) | truncated
-    envs.close()
-    return returns.tolist()
+    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 10**6))
+    return play(envs, lambda obs: np.asarray(policy(obs, next(keys))), episodes, atari=True, video_dir=video_dir)
 
 
 def evaluate_continuous_action_envpool_xla_jax(
-    checkpoint: dict, episodes: int, seed: int, device, greedy: bool
+    checkpoint: dict, episodes: int, seed: int, device, greedy: bool, video_dir=None
 ) -> list[float]:
     """As evaluate_continuous_action_envpool, for the JAX twin: flax parameters, saved observation
     statistics (frozen), greedy plays the Gaussian mean, actions clipped to the bounds."""
@@ -234,18 +244,16 @@ def evaluate_continuous_action_envpool_xla_jax(
             return action_mean
         return action_mean + jax.numpy.exp(action_logstd) * jax.random.normal(key, action_mean.shape)
 
-    key = jax.random.PRNGKey(seed)
-    obs, _ = envs.reset()
-    returns = np.zeros(episodes)
-    finished = np.zeros(episodes, dtype=bool)
-    while not finished.all():
-        key, action_key = jax.random.split(key)
-        action = np.asarray(policy(obs.astype(np.float32), action_key), dtype=np.float64)
-        obs, reward, terminated, truncated, _ = envs.step(np.clip(action, action_space.low, action_space.high))
-        returns += reward * ~finished
-        finished |= terminated | truncated
-    envs.close()
-    return returns.tolist()
+    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 10**6))
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        action = np.asarray(policy(obs.astype(np.float32), next(keys)), dtype=np.float64)
+        return np.clip(action, action_space.low, action_space.high)
+
+    returns = play(envs, act, episodes)
+    if video_dir:
+        record_gymnasium_episodes(train_args["env_id"], act, video_dir, episodes, seed)
+    return returns
 
 
 EVALUATORS = {
@@ -258,7 +266,14 @@ EVALUATORS = {
 }
 
 
-def evaluate(model_path: str, episodes: int = 10, seed: int = 10_000, greedy: bool = False, cuda: bool = True) -> list[float]:
+def evaluate(
+    model_path: str,
+    episodes: int = 10,
+    seed: int = 10_000,
+    greedy: bool = False,
+    cuda: bool = True,
+    video_dir: str | None = None,
+) -> list[float]:
     if episodes <= 0:
         sys.exit(f"error: --episodes must be a positive integer, got {episodes}")
     checkpoint = load_checkpoint(model_path)
@@ -266,14 +281,19 @@ def evaluate(model_path: str, episodes: int = 10, seed: int = 10_000, greedy: bo
     if script not in EVALUATORS:
         sys.exit(f"error: no evaluator for script {script!r}; known: {', '.join(sorted(EVALUATORS))}")
     device = torch.device("cuda" if torch.cuda.is_available() and cuda else "cpu")
-    return EVALUATORS[script](checkpoint, episodes, seed, device, greedy)
+    return EVALUATORS[script](checkpoint, episodes, seed, device, greedy, video_dir)
 
 
 def main() -> None:
     args = tyro.cli(EvalArgs)
-    returns = evaluate(args.model_path, args.episodes, args.seed, args.greedy, args.cuda)
+    video_dir = None
+    if args.capture_video:
+        video_dir = args.video_dir or os.path.join(os.path.dirname(os.path.abspath(args.model_path)), "videos")
+    returns = evaluate(args.model_path, args.episodes, args.seed, args.greedy, args.cuda, video_dir)
     for i, episodic_return in enumerate(returns):
         print(f"episode {i}: return {episodic_return:.2f}")
+    if video_dir:
+        print(f"videos: {video_dir}")
     print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
 
 

@@ -1,0 +1,97 @@
+"""Evaluation videos: written from real envs, decodable, not blank, never from the training envs."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import only_run_dir, run_script
+
+
+def decoded(path: str) -> np.ndarray:
+    import imageio.v3 as iio
+
+    frames = iio.imread(path)
+    assert frames.ndim == 4 and frames.shape[-1] == 3 and frames.dtype == np.uint8
+    assert len(frames) > 5
+    assert frames.std() > 10  # not blank
+    assert len({frame.tobytes() for frame in frames}) > 1  # it moves
+    return frames
+
+
+def test_atari_training_films_evaluation_games_in_a_separate_process(tmp_path):
+    result = run_script(
+        "ppo_atari_envpool",
+        *["--env-id", "Breakout-v5", "--total-timesteps", "1536", "--num-steps", "64", "--max-episode-steps", "120"],
+        *["--capture-video", "--video-every", "2", "--log-dir", str(tmp_path)],
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = only_run_dir(tmp_path)
+    for iteration in (2, 3):  # every 2 iterations and the last one
+        video_dir = os.path.join(run_dir, "videos", f"iteration-{iteration}")
+        assert f"evaluation video written: {video_dir}" in result.stdout
+        frames = decoded(os.path.join(video_dir, "eval-episode-0.mp4"))
+        assert frames.shape[1:] == (210, 160, 3)
+        # one game at a 120-step limit: the first frame, one per step, plus one per stale step after
+        # a life loss (5 lives), which EnvPool's elapsed_step and so the time limit do not count
+        assert len(frames) <= 1 + 120 + 5
+        assert os.path.isfile(os.path.join(video_dir, "model.cleanrl_model"))
+
+
+@pytest.mark.parametrize(
+    "script,train_args",
+    [
+        ("ppo", ["--env-id", "CartPole-v1", "--total-timesteps", "1024"]),
+        (
+            "ppo_continuous_action_envpool",
+            [
+                "--env-id",
+                "Hopper-v4",
+                "--total-timesteps",
+                "2048",
+                "--num-envs",
+                "8",
+                "--num-steps",
+                "64",
+                "--max-episode-steps",
+                "50",
+            ],
+        ),
+    ],
+)
+def test_evaluate_cli_captures_video(tmp_path, script, train_args):
+    result = run_script(script, *train_args, "--save-model", "--log-dir", str(tmp_path / "runs"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    model_path = os.path.join(only_run_dir(tmp_path / "runs"), f"{script}.cleanrl_model")
+    video_dir = tmp_path / "videos"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cleanrl_utils.evaluate",
+            "--model-path",
+            model_path,
+            "--episodes",
+            "2",
+            "--capture-video",
+            "--video-dir",
+            str(video_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"videos: {video_dir}" in result.stdout
+    paths = sorted(glob.glob(str(video_dir / "*.mp4")))
+    assert [os.path.basename(p) for p in paths] == ["eval-episode-0.mp4", "eval-episode-1.mp4"]
+    for path in paths:
+        decoded(path)
+
+
+def test_bad_video_every_gives_one_clear_line():
+    result = run_script("ppo_atari_envpool", "--capture-video", "--video-every", "0", timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--video-every must be a positive integer, got 0" in result.stderr
