@@ -2,6 +2,7 @@
 
 import glob
 import os
+import signal
 import subprocess
 import sys
 
@@ -19,6 +20,27 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
         env=full_env,
         cwd=REPO,
     )
+
+
+def run_interrupted(script: str, args: list[str], log_dir, process_group: bool = False):
+    """Start a run, send SIGINT once its first progress line is out. With process_group, the signal
+    goes to the whole process group, as Ctrl-C in a terminal does (env subprocesses included)."""
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "cleanrl", f"{script}.py"), *args, "--log-dir", str(log_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        start_new_session=process_group,
+    )
+    first_line = process.stdout.readline()
+    assert first_line.startswith("step "), first_line + process.stderr.read()
+    if process_group:
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=300)
+    return process.returncode, first_line + stdout, stderr, only_run_dir(log_dir)
 
 
 def only_run_dir(log_dir) -> str:

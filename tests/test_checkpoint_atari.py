@@ -4,14 +4,11 @@ runs (a subprocess sent SIGINT, a corrupted checkpoint, a forced divergence)."""
 import hashlib
 import os
 import random
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, only_run_dir, read_scalars, run_script
+from helpers import only_run_dir, read_scalars, run_interrupted, run_script
 
 from cleanrl.ppo_atari_envpool import Agent, Args, load_checkpoint, ppo_loss, rng_states, save_checkpoint, set_rng_states
 
@@ -75,18 +72,7 @@ def test_checkpoint_round_trip_is_bit_exact(tmp_path):
 def interrupted_run(tmp_path_factory):
     """A run sent SIGINT after its first progress line."""
     log_dir = tmp_path_factory.mktemp("interrupted")
-    process = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "cleanrl", f"{SCRIPT}.py"), *SMALL, "--log-dir", str(log_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    first_line = process.stdout.readline()
-    assert first_line.startswith("step "), first_line + process.stderr.read()
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=300)
-    return process.returncode, first_line + stdout, stderr, only_run_dir(log_dir)
+    return run_interrupted(SCRIPT, SMALL, log_dir)
 
 
 def test_sigint_writes_a_checkpoint_and_exits_zero(interrupted_run):

@@ -9,14 +9,11 @@ import os
 import pickle
 import random
 import shutil
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from helpers import ATARI_TAGS, REPO, only_run_dir, read_scalars, run_script
+from helpers import ATARI_TAGS, only_run_dir, read_scalars, run_interrupted, run_script
 
 import cleanrl.ppo as ppo
 import cleanrl.ppo_continuous_action as ppo_continuous
@@ -41,27 +38,6 @@ CONT_SMALL = [
     "3",
 ]
 CONT_BATCH, CONT_ITERATIONS = 256, 8
-
-
-def run_interrupted(script: str, args: list[str], log_dir, process_group: bool = False):
-    """Start a run, send SIGINT once its first progress line is out. With process_group, the signal
-    goes to the whole process group, as Ctrl-C in a terminal does (env subprocesses included)."""
-    process = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "cleanrl", f"{script}.py"), *args, "--log-dir", str(log_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        start_new_session=process_group,
-    )
-    first_line = process.stdout.readline()
-    assert first_line.startswith("step "), first_line + process.stderr.read()
-    if process_group:
-        os.killpg(process.pid, signal.SIGINT)
-    else:
-        process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=300)
-    return process.returncode, first_line + stdout, stderr, only_run_dir(log_dir)
 
 
 def assert_bit_exact_round_trip(module, make_agent, tmp_path, extra_state: dict) -> dict:
