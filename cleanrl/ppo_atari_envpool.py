@@ -462,6 +462,9 @@ if __name__ == "__main__":
     # TRY NOT TO MODIFY: start the game
     start_global_step = global_step
     start_time = time.time()
+    # Progress: on a terminal, one live line rewritten in place every second; otherwise (CI, log
+    # files, pipes) a plain line every 10 s.
+    live_progress = sys.stdout.isatty()
     last_print = 0.0
     next_obs_np, _ = envs.reset()
     next_obs = torch.from_numpy(next_obs_np).to(device, obs_dtype)
@@ -573,6 +576,8 @@ if __name__ == "__main__":
         # A diverged run stops here, before any checkpoint could be overwritten with its state.
         if not (torch.isfinite(loss) and all(torch.isfinite(p).all() for p in agent.parameters())):
             writer.close()
+            if live_progress:
+                print()  # end the live line before the error message
             saved = (
                 f"last good checkpoint: {checkpoint_path}" if os.path.exists(checkpoint_path) else "no checkpoint was written"
             )
@@ -585,16 +590,19 @@ if __name__ == "__main__":
             video_jobs.append(film(iteration))
 
         now = time.time()
-        if now - last_print > 10 or iteration == args.num_iterations or stopping:
+        final_line = iteration == args.num_iterations or stopping
+        if now - last_print > (1 if live_progress else 10) or final_line:
             last_print = now
             recent = recent_returns[-20:]
             mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
             eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
-            print(
+            line = (
                 f"step {global_step:,}/{args.num_iterations * args.batch_size:,}  SPS {sps:,}  "
-                f"return(last {len(recent)}) {mean_return}  games {len(recent_returns):,}  ETA {eta / 60:.1f} min",
-                flush=True,
+                f"return(last {len(recent)}) {mean_return}  games {len(recent_returns):,}  ETA {eta / 60:.1f} min"
             )
+            if live_progress:  # "\r\x1b[K": back to column 0 and clear the line, so it is rewritten in place
+                line = f"\r\x1b[K{line}"
+            print(line, end="\n" if final_line or not live_progress else "", flush=True)
         if stopping:
             print(
                 f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"

@@ -7,6 +7,7 @@ import difflib
 import os
 import random
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -44,6 +45,10 @@ class Args:
     """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (0: only at Ctrl-C and at the end)"""
     resume: str | None = None
     """continue from a checkpoint: same run folder, args, step counter, lr schedule, optimiser, normaliser and RNG states"""
+    capture_video: bool = False
+    """film an evaluation episode to `runs/{run_name}/videos/` every --video-every iterations and at the end, in a separate process (the training envs never render)"""
+    video_every: int = 100
+    """iterations between evaluation videos with --capture-video"""
 
     # Algorithm specific arguments (EnvPool paper, Table 5)
     env_id: str = "HalfCheetah-v4"
@@ -117,6 +122,8 @@ def validate_args(args: Args) -> None:
         sys.exit(f"error: --learning-rate must be positive, got {args.learning_rate}")
     if not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         sys.exit(f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {args.gae_lambda}")
+    if args.video_every <= 0:
+        sys.exit(f"error: --video-every must be a positive integer, got {args.video_every}")
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     for name in ("obs_clip", "reward_clip"):
@@ -395,7 +402,8 @@ if __name__ == "__main__":
         # The run continues with the hyperparameters it started with (they define the batch shapes
         # and the lr schedule); only where to resume from and how often to checkpoint are new.
         checkpoint = load_checkpoint(args.resume, "ppo_continuous_action_envpool")
-        args = Args(**{**checkpoint["args"], "resume": args.resume, "checkpoint_every": args.checkpoint_every})
+        new_flags = {name: getattr(args, name) for name in ("resume", "checkpoint_every", "capture_video", "video_every")}
+        args = Args(**{**checkpoint["args"], **new_flags})
     validate_args(args)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
@@ -474,6 +482,32 @@ if __name__ == "__main__":
         start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
         print(f"resumed {run_name} at iteration {checkpoint['iteration']} (global step {global_step:,})", flush=True)
 
+    def model_file(path: str) -> str:
+        """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights and normaliser statistics."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        torch.save(
+            {
+                "script": "ppo_continuous_action_envpool",
+                "model_state_dict": agent.state_dict(),
+                "args": vars(args),
+                "obs_rms": obs_rms.state_dict(),
+                "return_rms": reward_scaler.return_rms.state_dict(),
+                "value_rms": value_rms.state_dict(),
+            },
+            path,
+        )
+        return path
+
+    def film(iteration: int) -> subprocess.Popen:
+        """Evaluation video of the current policy, played by the evaluator in its own process."""
+        video_dir = os.path.join(run_dir, "videos", f"iteration-{iteration}")
+        model_path = model_file(os.path.join(video_dir, "model.cleanrl_model"))
+        command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
+        log = open(os.path.join(video_dir, "evaluate.log"), "w")
+        return subprocess.Popen(command + ["--capture-video", "--video-dir", video_dir, "--no-cuda"], stdout=log, stderr=log)
+
+    video_jobs: list[subprocess.Popen] = []
+
     def training_state(iteration: int) -> dict:
         return {
             "script": "ppo_continuous_action_envpool",
@@ -517,6 +551,9 @@ if __name__ == "__main__":
     # TRY NOT TO MODIFY: start the game
     start_global_step = global_step
     start_time = time.time()
+    # Progress: on a terminal, one live line rewritten in place every second; otherwise (CI, log
+    # files, pipes) a plain line every 10 s.
+    live_progress = sys.stdout.isatty()
     last_print = 0.0
     next_obs_np, _ = envs.reset()
     obs_rms.update(next_obs_np)
@@ -648,6 +685,8 @@ if __name__ == "__main__":
         # A diverged run stops here, before any checkpoint could be overwritten with its state.
         if not (torch.isfinite(loss) and all(torch.isfinite(p).all() for p in agent.parameters())):
             writer.close()
+            if live_progress:
+                print()  # end the live line before the error message
             saved = (
                 f"last good checkpoint: {checkpoint_path}" if os.path.exists(checkpoint_path) else "no checkpoint was written"
             )
@@ -657,18 +696,23 @@ if __name__ == "__main__":
         stopping = stop_requested
         if (args.checkpoint_every and iteration % args.checkpoint_every == 0) or stopping or iteration == args.num_iterations:
             save_checkpoint(checkpoint_path, training_state(iteration))
+        if args.capture_video and (iteration % args.video_every == 0 or iteration == args.num_iterations or stopping):
+            video_jobs.append(film(iteration))
 
         now = time.time()
-        if now - last_print > 10 or iteration == args.num_iterations or stopping:
+        final_line = iteration == args.num_iterations or stopping
+        if now - last_print > (1 if live_progress else 10) or final_line:
             last_print = now
             recent = recent_returns[-20:]
             mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
             eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
-            print(
+            line = (
                 f"step {global_step:,}/{args.num_iterations * args.batch_size:,}  SPS {sps:,}  "
-                f"return(last {len(recent)}) {mean_return}  episodes {len(recent_returns):,}  ETA {eta / 60:.1f} min",
-                flush=True,
+                f"return(last {len(recent)}) {mean_return}  episodes {len(recent_returns):,}  ETA {eta / 60:.1f} min"
             )
+            if live_progress:  # "\r\x1b[K": back to column 0 and clear the line, so it is rewritten in place
+                line = f"\r\x1b[K{line}"
+            print(line, end="\n" if final_line or not live_progress else "", flush=True)
         if stopping:
             print(
                 f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"
@@ -676,19 +720,11 @@ if __name__ == "__main__":
             break
 
     if args.save_model:
-        model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
-        torch.save(
-            {
-                "script": "ppo_continuous_action_envpool",
-                "model_state_dict": agent.state_dict(),
-                "args": vars(args),
-                "obs_rms": obs_rms.state_dict(),
-                "return_rms": reward_scaler.return_rms.state_dict(),
-                "value_rms": value_rms.state_dict(),
-            },
-            model_path,
-        )
-        print(f"model saved to {model_path}")
+        print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
+    for job in video_jobs:
+        video_dir = os.path.dirname(job.args[job.args.index("--model-path") + 1])
+        status = "written" if job.wait() == 0 else f"FAILED (exit {job.returncode}, see {video_dir}/evaluate.log)"
+        print(f"evaluation video {status}: {video_dir}")
 
     envs.close()
     writer.close()

@@ -40,6 +40,38 @@ def test_atari_training_films_evaluation_games_in_a_separate_process(tmp_path):
         assert os.path.isfile(os.path.join(video_dir, "model.cleanrl_model"))
 
 
+# Three iterations each: a video at iteration 2 (--video-every 2) and one at the last.
+TRAINING_VIDEO_RUNS = {
+    "ppo": ["--env-id", "CartPole-v1", "--total-timesteps", "1536"],
+    "ppo_continuous_action": ["--env-id", "Hopper-v4", "--total-timesteps", "768", "--num-envs", "4", "--num-steps", "64"],
+    "ppo_continuous_action_envpool": [
+        "--env-id",
+        "Hopper-v4",
+        "--total-timesteps",
+        "1536",
+        "--num-envs",
+        "8",
+        "--num-steps",
+        "64",
+    ],
+}
+
+
+@pytest.mark.parametrize("script", sorted(TRAINING_VIDEO_RUNS))
+def test_training_films_evaluation_episodes_in_a_separate_process(tmp_path, script):
+    result = run_script(
+        script, *TRAINING_VIDEO_RUNS[script], "--capture-video", "--video-every", "2", "--log-dir", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = only_run_dir(tmp_path)
+    assert sorted(os.listdir(os.path.join(run_dir, "videos"))) == ["iteration-2", "iteration-3"]
+    for iteration in (2, 3):
+        video_dir = os.path.join(run_dir, "videos", f"iteration-{iteration}")
+        assert f"evaluation video written: {video_dir}" in result.stdout
+        decoded(os.path.join(video_dir, "eval-episode-0.mp4"))
+        assert os.path.isfile(os.path.join(video_dir, "model.cleanrl_model"))
+
+
 @pytest.mark.parametrize(
     "script,train_args",
     [
@@ -91,7 +123,8 @@ def test_evaluate_cli_captures_video(tmp_path, script, train_args):
         decoded(path)
 
 
-def test_bad_video_every_gives_one_clear_line():
-    result = run_script("ppo_atari_envpool", "--capture-video", "--video-every", "0", timeout=120)
+@pytest.mark.parametrize("script", ["ppo_atari_envpool", *sorted(TRAINING_VIDEO_RUNS)])
+def test_bad_video_every_gives_one_clear_line(script):
+    result = run_script(script, "--capture-video", "--video-every", "0", timeout=120)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "--video-every must be a positive integer, got 0" in result.stderr
