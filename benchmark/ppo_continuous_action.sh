@@ -2,7 +2,7 @@
 # CleanRL-style sweep of cleanrl/ppo_continuous_action.py (same-step autoreset, Gymnasium MuJoCo)
 # at the Table 5 defaults (EnvPool paper, appendix F), the same envs, seeds and budget as
 # benchmark/ppo_continuous_action_envpool.sh, so next-step (EnvPool) and same-step (Gymnasium)
-# curves compare run for run. 1M steps unless TOTAL says otherwise.
+# curves compare run for run. 1M steps unless TOTAL says otherwise. Then the plots and summary table.
 #   bash benchmark/ppo_continuous_action.sh                                # 4 envs x 3 seeds, 1M
 #   TOTAL=10000000 bash benchmark/ppo_continuous_action.sh                 # the paper's 10M
 #   ENVS="Hopper-v4" SEEDS="1" bash benchmark/ppo_continuous_action.sh     # a subset
@@ -15,6 +15,7 @@ ENVS=${ENVS:-"HalfCheetah-v4 Hopper-v4 Walker2d-v4 Ant-v4"}
 SEEDS=${SEEDS:-"1 2 3"}
 TOTAL=${TOTAL:-1000000}
 VECTOR_MODE=${VECTOR_MODE:-sync}
+WORKERS=${WORKERS:-1}
 EXTRA=${EXTRA:-}
 sps_of() {  # the last SPS figure the script printed
   grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
@@ -32,23 +33,11 @@ if [[ "${SPS:-0}" == 1 ]]; then
   done
   exit 0
 fi
-mkdir -p runs/logs
-failed=()
-for env in $ENVS; do
-  for seed in $SEEDS; do
-    log="runs/logs/ppo_continuous_action__${env}__${seed}__${TOTAL}.log"
-    echo "[$(date +%H:%M:%S)] $env seed $seed ($TOTAL steps, $VECTOR_MODE) -> $log"
-    # shellcheck disable=SC2086
-    $PY cleanrl/ppo_continuous_action.py --env-id "$env" --seed "$seed" --total-timesteps "$TOTAL" \
-      --vector-mode "$VECTOR_MODE" --save-model $EXTRA >"$log" 2>&1 || failed+=("$log")
-  done
-done
-# final mean return of each run (last 20 episodes, raw reward units)
-for log in runs/logs/ppo_continuous_action__*__"${TOTAL}".log; do
-  [[ -f "$log" ]] && echo "$(basename "$log" .log): $(grep -o 'return(last [0-9]*) [-0-9.]*' "$log" | tail -1)"
-done
-if ((${#failed[@]})); then
-  printf 'failed run, see %s\n' "${failed[@]}"
-  exit 1
-fi
-echo "all runs finished; tensorboard --logdir runs"
+RUNS=runs/benchmark_ppo_continuous_action
+status=0
+# shellcheck disable=SC2086
+$PY -m cleanrl_utils.benchmark --command "$PY cleanrl/ppo_continuous_action.py --total-timesteps $TOTAL \
+  --vector-mode $VECTOR_MODE --save-model --log-dir $RUNS $EXTRA" --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" \
+  || status=1
+$PY -m cleanrl_utils.plot --log-dir "$RUNS" --output-dir plots/ppo_continuous_action || status=1
+exit $status

@@ -41,14 +41,23 @@ class Run:
     returncode: int | None = None
 
 
+def run_label(argv: list[str]) -> str:
+    """What the logs are named after: the command's --exp-name, else its .py script, else its program."""
+    if "--exp-name" in argv[:-1]:
+        return argv[argv.index("--exp-name") + 1]
+    scripts = [arg for arg in argv if arg.endswith(".py")]
+    return os.path.splitext(os.path.basename(scripts[0] if scripts else argv[0]))[0]
+
+
 def plan_runs(command: str, env_ids: list[str], seeds: list[int], log_dir: str) -> list[Run]:
-    script = os.path.splitext(os.path.basename(shlex.split(command)[-1]))[0]
+    argv = shlex.split(command)
+    label = run_label(argv)
     return [
         Run(
             env_id,
             seed,
-            shlex.split(command) + ["--env-id", env_id, "--seed", str(seed)],
-            os.path.join(log_dir, f"{script}__{env_id}__{seed}.log"),
+            argv + ["--env-id", env_id, "--seed", str(seed)],
+            os.path.join(log_dir, f"{label}__{env_id}__{seed}.log"),
         )
         for env_id in env_ids
         for seed in seeds
@@ -63,14 +72,17 @@ class Progress:
         self.is_tty = stream.isatty()
         self.last = ""
 
-    def update(self, text: str) -> None:
+    def update(self, text: str, state: object = None) -> None:
+        """Show `text`; off a terminal only when `state` (default: the text) changed, so a clock in
+        the text does not print a line per poll into a log file."""
+        state = text if state is None else state
         if self.is_tty:
             self.stream.write("\r\033[K" + text)
             self.stream.flush()
-        elif text != self.last:
+        elif state != self.last:
             self.stream.write(text + "\n")
             self.stream.flush()
-        self.last = text
+        self.last = state
 
     def event(self, text: str) -> None:
         """A line that stays, printed above the status line."""
@@ -107,7 +119,8 @@ def run_all(runs: list[Run], workers: int, poll_seconds: float = 0.2, stream=sys
         failed = sum(r.returncode != 0 for r in done)
         now_running = ", ".join(f"{r.env_id}/{r.seed}" for r in running)
         progress.update(
-            f"[{len(done)}/{len(runs)} done, {failed} failed, {time.time() - start:.0f}s] running: {now_running or '-'}"
+            f"[{len(done)}/{len(runs)} done, {failed} failed, {time.time() - start:.0f}s] running: {now_running or '-'}",
+            state=(len(done), failed, now_running),
         )
         if pending or running:
             time.sleep(poll_seconds)

@@ -2,6 +2,8 @@
 processes and real tensorboard event files."""
 
 import io
+import os
+import re
 import subprocess
 import sys
 
@@ -9,7 +11,7 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from cleanrl_utils.benchmark import plan_runs, run_all
+from cleanrl_utils.benchmark import Progress, plan_runs, run_all
 from cleanrl_utils.plot import load_runs, mean_and_band, moving_average, summarise
 
 
@@ -42,6 +44,30 @@ def test_runner_respects_worker_limit_and_continues_past_failures(tmp_path):
         assert f"ran {run.env_id} {run.seed}" in open(run.log_path).read()
     text = out.getvalue()
     assert "FAILED A-v0 seed 2 (exit 3)" in text and "[4/4 done, 2 failed" in text
+    # off a terminal a status line is printed only when the state changes, not at every poll
+    states = [re.sub(r", \d+s\]", "]", line) for line in text.splitlines() if "done" in line]
+    assert all(a != b for a, b in zip(states, states[1:])), states
+
+
+def test_runs_are_named_after_the_script_or_exp_name(tmp_path):
+    def names(command: str) -> list[str]:
+        return [os.path.basename(run.log_path) for run in plan_runs(command, ["Pong-v5"], [1, 2], str(tmp_path))]
+
+    assert names("python cleanrl/ppo.py --total-timesteps 10 --no-anneal-lr") == [
+        "ppo__Pong-v5__1.log",
+        "ppo__Pong-v5__2.log",
+    ]
+    assert names("python cleanrl/ppo.py --exp-name ppo_tuned --num-envs 64")[0] == "ppo_tuned__Pong-v5__1.log"
+    assert names("true")[0] == "true__Pong-v5__1.log"
+
+
+def test_progress_off_a_terminal_prints_only_state_changes():
+    out = io.StringIO()
+    progress = Progress(out)
+    for seconds, done in [(1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]:
+        progress.update(f"[{done}/2 done, {seconds}s]", state=done)
+    progress.close()
+    assert out.getvalue() == "[0/2 done, 1s]\n[1/2 done, 3s]\n"
 
 
 def test_runner_cli_exit_code_and_report(tmp_path):
