@@ -6,6 +6,8 @@
 import difflib
 import os
 import random
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -40,6 +42,14 @@ class Args:
     """whether to save the model weights and args to `runs/{run_name}/{exp_name}.cleanrl_model`"""
     log_dir: str = "runs"
     """the folder the run's tensorboard events (and saved model) go under"""
+    checkpoint_every: int = 0
+    """save a resumable checkpoint to `runs/{run_name}/checkpoint.msgpack` every N iterations (0: only at Ctrl-C and at the end)"""
+    resume: str | None = None
+    """continue from a checkpoint: same run folder, args, step counter, lr schedule, optimiser, RNG key and RNG states"""
+    capture_video: bool = False
+    """film an evaluation game to `runs/{run_name}/videos/` every --video-every iterations and at the end, in a separate process (the training envs never render)"""
+    video_every: int = 1000
+    """iterations between evaluation videos with --capture-video"""
 
     # Algorithm specific arguments (EnvPool paper, Table 3)
     env_id: str = "Breakout-v5"
@@ -105,6 +115,10 @@ def validate_args(args: Args) -> None:
         sys.exit(f"error: --learning-rate must be positive, got {args.learning_rate}")
     if not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         sys.exit(f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {args.gae_lambda}")
+    if args.video_every <= 0:
+        sys.exit(f"error: --video-every must be a positive integer, got {args.video_every}")
+    if args.checkpoint_every < 0:
+        sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         sys.exit(
@@ -235,6 +249,71 @@ def compute_gae(
     _, advantages = jax.lax.scan(step, jnp.zeros_like(values[0]), rows, reverse=True)
     valid_mask = jnp.concatenate([~prev_episode_over[None], ~episode_over[:-1]], axis=0)
     return advantages * valid_mask, valid_mask
+
+
+def save_checkpoint(path: str, state: dict) -> None:
+    """Write, then rename: a crash or Ctrl-C mid-write never leaves a torn checkpoint behind.
+    flax msgpack, no pickle: arrays keep their dtypes and shapes, the rest is plain data."""
+    tmp_path = path + ".tmp"
+    with open(tmp_path, "wb") as f:
+        f.write(flax.serialization.msgpack_serialize(state))
+    os.replace(tmp_path, path)
+
+
+def rng_states() -> dict:
+    """Python's and numpy's global RNG states as msgpack-friendly data (the JAX key is in the runner)."""
+    py_version, py_internal, py_gauss_next = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    return {
+        "python": {"version": py_version, "internal": np.asarray(py_internal, np.int64), "gauss_next": py_gauss_next},
+        "numpy": {"name": np_name, "keys": np_keys, "pos": np_pos, "has_gauss": np_has_gauss, "cached": np_cached},
+    }
+
+
+def set_rng_states(states: dict) -> None:
+    python, numpy = states["python"], states["numpy"]
+    random.setstate((int(python["version"]), tuple(int(x) for x in python["internal"]), python["gauss_next"]))
+    np_state = (numpy["name"], np.asarray(numpy["keys"], np.uint32), int(numpy["pos"]), int(numpy["has_gauss"]))
+    np.random.set_state(np_state + (float(numpy["cached"]),))
+
+
+def load_checkpoint(path: str, script: str) -> dict:
+    """A checkpoint of this script, or one clear line and exit."""
+    if not os.path.isfile(path):
+        sys.exit(f"error: --resume {path!r} does not exist")
+    try:
+        with open(path, "rb") as f:
+            checkpoint = flax.serialization.msgpack_restore(f.read())
+    except Exception as error:
+        sys.exit(f"error: --resume {path!r} is not a readable checkpoint ({type(error).__name__})")
+    train_state = checkpoint.get("train_state") if isinstance(checkpoint, dict) else None
+    if not isinstance(train_state, dict) or "opt_state" not in train_state:
+        sys.exit(f"error: --resume {path!r} is not a resumable checkpoint (no optimiser state)")
+    if checkpoint.get("script") != script:
+        sys.exit(f"error: --resume {path!r} is a checkpoint of {checkpoint.get('script')!r}, not of {script!r}")
+    return checkpoint
+
+
+def restore_like(template, state):
+    """`template` (a pytree of jax arrays: a fresh TrainState, PRNG key, ...) holding the values saved
+    in `state` (its flax state dict, as read back from a checkpoint). Structure, shapes, dtypes and
+    weak types are the template's, so the jitted iteration sees exactly the input types of a fresh
+    run: a resumed run compiles once, in its first iteration, like a fresh one. ValueError if
+    `state` does not fit the template."""
+    restored = flax.serialization.from_state_dict(template, state)
+
+    def leaf(fresh: jax.Array, saved) -> jax.Array:
+        saved = np.asarray(saved)
+        if saved.shape != fresh.shape or saved.dtype != fresh.dtype:
+            raise ValueError(f"saved {saved.dtype}{list(saved.shape)} where this run has {fresh.dtype}{list(fresh.shape)}")
+        # A weakly typed leaf (TrainState.step starts as the Python int 0) must stay weak: jit's
+        # cache tells weak from strong types, so a strong one would compile the iteration again.
+        value = jnp.asarray(saved.item()) if fresh.weak_type else jnp.asarray(saved)
+        if value.dtype != fresh.dtype:
+            raise ValueError(f"weakly typed {fresh.dtype} leaf restores as {value.dtype}")
+        return value
+
+    return jax.tree.map(leaf, template, restored)
 
 
 def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
@@ -386,6 +465,8 @@ def make_train_iteration(args: Args, agent: Agent, step_env):
         var_res = masked_mean((residual - masked_mean(residual, b_valid)) ** 2, b_valid)
         logs["explained_variance"] = jnp.where(var_y > 0, 1 - var_res / var_y, jnp.nan)
         logs["learning_rate"] = lrnow
+        # for the divergence check: one flag comes back to the host, not a copy of every parameter
+        logs["params_finite"] = jnp.stack([jnp.isfinite(p).all() for p in jax.tree.leaves(train_state.params)]).all()
         for name in ("game_over", "game_return", "game_length"):
             logs[name] = rollout[name]
         return (train_state, handle, next_obs, prev_episode_over, game_returns, key), logs
@@ -395,12 +476,20 @@ def make_train_iteration(args: Args, agent: Agent, step_env):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume:
+        # The run continues with the hyperparameters it started with (they define the batch shapes
+        # and the lr schedule); only where to resume from, how often to checkpoint and film are new.
+        checkpoint = load_checkpoint(args.resume, "ppo_atari_envpool_xla_jax")
+        new_flags = {name: getattr(args, name) for name in ("resume", "checkpoint_every", "capture_video", "video_every")}
+        args = Args(**{**checkpoint["args"], **new_flags})
     validate_args(args)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = os.path.join(args.log_dir, run_name)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.msgpack")
 
     if args.track:
         import wandb
@@ -415,7 +504,8 @@ if __name__ == "__main__":
         )
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(run_dir)
+    # On resume, events the interrupted run logged after its checkpoint are dropped (purge_step).
+    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
     writer.add_text(
         "hyperparameters",
         "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
@@ -427,8 +517,11 @@ if __name__ == "__main__":
     key = jax.random.PRNGKey(args.seed)
     key, agent_key = jax.random.split(key)
 
-    # env setup: EnvPool's XLA step runs inside the jitted iteration
-    envs = make_env(args.env_id, args.num_envs, args.seed, args.max_episode_steps)
+    # env setup: EnvPool's XLA step runs inside the jitted iteration. EnvPool's simulators cannot be
+    # snapshotted: a resumed run starts fresh games (seeded from the seed and the iteration) and the
+    # unfinished games are never logged.
+    env_seed = args.seed if checkpoint is None else args.seed + 7919 * checkpoint["iteration"]
+    envs = make_env(args.env_id, args.num_envs, env_seed, args.max_episode_steps)
     handle, _, _, step_env = envs.xla()
 
     agent = Agent(envs.single_action_space.n, bf16=args.bf16, xla_conv=args.xla_conv)
@@ -436,8 +529,72 @@ if __name__ == "__main__":
     tx = optax.inject_hyperparams(
         lambda learning_rate: optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
     )(learning_rate=args.learning_rate)
-    train_state = TrainState.create(apply_fn=None, params=agent.init(agent_key, next_obs), tx=tx)
+    # One compiled call: op by op, initialising the network and Adam compiles every op, seconds of
+    # start-up on a CPU (same values, same types: a weakly typed step, as from the Python int 0)
+    create_train_state = jax.jit(lambda key, obs: TrainState.create(apply_fn=None, params=agent.init(key, obs), tx=tx))
+    train_state = create_train_state(agent_key, next_obs)
     train_iteration = make_train_iteration(args, agent, step_env)
+    # On the device, a fresh state is also the template a checkpoint is restored into, leaf for leaf.
+    train_state, key = jax.device_put((train_state, key))
+    start_iteration, global_step = 1, 0
+    if checkpoint:
+        try:
+            train_state = restore_like(train_state, checkpoint["train_state"])
+            key = restore_like(key, checkpoint["key"])
+            set_rng_states(checkpoint["rng"])
+        except Exception as error:  # a checkpoint of this script whose contents do not fit its args
+            reason = " ".join(str(error).split())  # one line
+            sys.exit(f"error: --resume {args.resume!r} does not fit this script's training state ({reason})")
+        start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
+        print(f"resumed {run_name} at iteration {checkpoint['iteration']} (global step {global_step:,})", flush=True)
+
+    def model_file(path: str) -> str:
+        """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights, as
+        flax msgpack ("model_state_dict" holds the flax params: same keys as the torch twin's file)."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        model = {"script": "ppo_atari_envpool_xla_jax", "model_state_dict": runner[0].params, "args": vars(args)}
+        with open(path, "wb") as f:
+            f.write(flax.serialization.msgpack_serialize(model))
+        return path
+
+    def film(iteration: int) -> subprocess.Popen:
+        """Evaluation video of the current policy, played by the evaluator in its own process."""
+        video_dir = os.path.join(run_dir, "videos", f"iteration-{iteration}")
+        model_path = model_file(os.path.join(video_dir, "model.cleanrl_model"))
+        command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
+        log = open(os.path.join(video_dir, "evaluate.log"), "w")
+        # JAX_PLATFORMS=cpu is the JAX side of --no-cuda: on a GPU, JAX in this process has already
+        # preallocated most of the device memory, and one game plays fine on the CPU.
+        cpu_only = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        command += ["--capture-video", "--video-dir", video_dir, "--no-cuda"]
+        return subprocess.Popen(command, stdout=log, stderr=log, env=cpu_only)
+
+    video_jobs: list[subprocess.Popen] = []
+
+    def training_state(iteration: int) -> dict:
+        return {
+            "script": "ppo_atari_envpool_xla_jax",
+            "run_name": run_name,
+            "args": vars(args),
+            "iteration": iteration,
+            "global_step": global_step,
+            # flax TrainState: params, optax state (Adam moments, inject_hyperparams learning rate), step
+            "train_state": flax.serialization.to_state_dict(runner[0]),
+            "key": runner[-1],  # the JAX PRNG key the jitted iteration carries
+            "rng": rng_states(),
+        }
+
+    # Ctrl-C finishes the current iteration (one compiled call: the handler runs once it returns),
+    # writes a checkpoint and exits 0; a second one aborts.
+    stop_requested = False
+
+    def request_stop(signum, frame):
+        global stop_requested
+        stop_requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        print("\nCtrl-C: stopping after this iteration (press again to abort without saving)", flush=True)
+
+    signal.signal(signal.SIGINT, request_stop)
 
     # TRY NOT TO MODIFY: start the game
     # The step before the first one is not a boundary: row 0 of the first rollout is valid.
@@ -449,14 +606,18 @@ if __name__ == "__main__":
     jax.monitoring.register_event_duration_secs_listener(
         lambda event, duration, **_: compilations.append(duration) if event == BACKEND_COMPILE_EVENT else None
     )
+    first_iteration_compilations = None
     recent_returns: list[float] = []
-    global_step = 0
+    start_global_step = global_step
     start_time = time.time()
+    # Progress: on a terminal, one live line rewritten in place every second; otherwise (CI, log
+    # files, pipes) a plain line every 10 s.
+    live_progress = sys.stdout.isatty()
     last_print = 0.0
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         runner, logs = train_iteration(runner, np.int32(iteration))
         logs = jax.device_get(logs)  # waits for the iteration; Python only logs from here on
-        if iteration == 1:
+        if iteration == start_iteration:
             first_iteration_compilations = len(compilations)
 
         # Episode statistics per *game*, gathered inside the scan, written with their own step.
@@ -468,7 +629,7 @@ if __name__ == "__main__":
         global_step += args.batch_size
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_global_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", logs["learning_rate"].item(), global_step)
         writer.add_scalar("losses/value_loss", logs["value_loss"].item(), global_step)
         writer.add_scalar("losses/policy_loss", logs["policy_loss"].item(), global_step)
@@ -479,31 +640,58 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", logs["explained_variance"].item(), global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
 
+        # A diverged run stops here, before any checkpoint could be overwritten with its state.
+        # (explained_variance is not a loss: it is NaN by definition when the returns do not vary.)
+        losses = ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
+        if not (all(np.isfinite(logs[name]) for name in losses) and logs["params_finite"]):
+            writer.close()
+            if live_progress:
+                print()  # end the live line before the error message
+            saved = (
+                f"last good checkpoint: {checkpoint_path}" if os.path.exists(checkpoint_path) else "no checkpoint was written"
+            )
+            sys.exit(f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}")
+        # Read the Ctrl-C flag once: a signal landing between two reads must not skip the save.
+        stopping = stop_requested
+        if (args.checkpoint_every and iteration % args.checkpoint_every == 0) or stopping or iteration == args.num_iterations:
+            save_checkpoint(checkpoint_path, training_state(iteration))
+        if args.capture_video and (iteration % args.video_every == 0 or iteration == args.num_iterations or stopping):
+            video_jobs.append(film(iteration))
+
         now = time.time()
-        if now - last_print > 10 or iteration == args.num_iterations:
+        final_line = iteration == args.num_iterations or stopping
+        if now - last_print > (1 if live_progress else 10) or final_line:
             last_print = now
             recent = recent_returns[-20:]
             mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
             eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
-            print(
+            line = (
                 f"step {global_step:,}/{args.num_iterations * args.batch_size:,}  SPS {sps:,}  "
-                f"return(last {len(recent)}) {mean_return}  games {len(recent_returns):,}  ETA {eta / 60:.1f} min",
-                flush=True,
+                f"return(last {len(recent)}) {mean_return}  games {len(recent_returns):,}  ETA {eta / 60:.1f} min"
             )
-    # The iteration's inputs keep their shapes and dtypes, so nothing compiles after iteration 1.
-    print(
-        f"XLA compilations: {first_iteration_compilations} in iteration 1 "
-        f"({sum(compilations[:first_iteration_compilations]):.1f} s), "
-        f"{len(compilations) - first_iteration_compilations} in the {args.num_iterations - 1} later iterations"
-    )
+            if live_progress:  # "\r\x1b[K": back to column 0 and clear the line, so it is rewritten in place
+                line = f"\r\x1b[K{line}"
+            print(line, end="\n" if final_line or not live_progress else "", flush=True)
+        if stopping:
+            print(
+                f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"
+            )
+            break
+    # The iteration's inputs keep their shapes and dtypes (a resumed run's too: restore_like), so
+    # nothing compiles after this process's first iteration. A resumed finished run runs none.
+    if first_iteration_compilations is not None:
+        print(
+            f"XLA compilations: {first_iteration_compilations} in iteration {start_iteration} "
+            f"({sum(compilations[:first_iteration_compilations]):.1f} s), "
+            f"{len(compilations) - first_iteration_compilations} in the {iteration - start_iteration} later iterations"
+        )
 
     if args.save_model:
-        model_path = os.path.join(run_dir, f"{args.exp_name}.cleanrl_model")
-        # flax msgpack; "model_state_dict" holds the flax params (same keys as the torch twin's file)
-        checkpoint = {"script": "ppo_atari_envpool_xla_jax", "model_state_dict": runner[0].params, "args": vars(args)}
-        with open(model_path, "wb") as f:
-            f.write(flax.serialization.msgpack_serialize(checkpoint))
-        print(f"model saved to {model_path}")
+        print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
+    for job in video_jobs:
+        video_dir = os.path.dirname(job.args[job.args.index("--model-path") + 1])
+        status = "written" if job.wait() == 0 else f"FAILED (exit {job.returncode}, see {video_dir}/evaluate.log)"
+        print(f"evaluation video {status}: {video_dir}")
 
     envs.close()
     writer.close()

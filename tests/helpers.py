@@ -2,9 +2,14 @@
 
 import glob
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
+import tempfile
+import time
+import tty
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,6 +25,39 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
         env=full_env,
         cwd=REPO,
     )
+
+
+def run_in_terminal(script: str, *args: str, timeout: float = 600) -> tuple[int, str, str]:
+    """Run `cleanrl/<script>.py` with its stdout on a pseudo-terminal (sys.stdout.isatty() is True,
+    as in an interactive shell) and its stderr in a file. Returns (returncode, stdout, stderr)."""
+    master, slave = pty.openpty()
+    tty.setraw(slave)  # no "\n" -> "\r\n" translation: read back exactly the bytes the script wrote
+    with tempfile.TemporaryFile() as stderr_file:
+        process = subprocess.Popen(
+            [sys.executable, os.path.join(REPO, "cleanrl", f"{script}.py"), *args],
+            stdout=slave,
+            stderr=stderr_file,
+            cwd=REPO,
+        )
+        os.close(slave)
+        chunks, deadline = [], time.time() + timeout
+        while True:
+            ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.time()))
+            if not ready:
+                process.kill()
+                raise TimeoutError(f"{script} {args} still running after {timeout} s")
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every process holding the terminal has closed it
+                break
+            if not data:
+                break
+            chunks.append(data)
+        os.close(master)
+        returncode = process.wait(timeout=60)
+        stderr_file.seek(0)
+        stderr = stderr_file.read().decode()
+    return returncode, b"".join(chunks).decode(), stderr
 
 
 def run_interrupted(script: str, args: list[str], log_dir, process_group: bool = False):
@@ -41,6 +79,19 @@ def run_interrupted(script: str, args: list[str], log_dir, process_group: bool =
         process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=300)
     return process.returncode, first_line + stdout, stderr, only_run_dir(log_dir)
+
+
+def decoded_video(path: str):
+    """The frames of an MP4, checked to be RGB, more than 5 frames, not blank and moving."""
+    import imageio.v3 as iio
+    import numpy as np
+
+    frames = iio.imread(path)
+    assert frames.ndim == 4 and frames.shape[-1] == 3 and frames.dtype == np.uint8
+    assert len(frames) > 5
+    assert frames.std() > 10  # not blank
+    assert len({frame.tobytes() for frame in frames}) > 1  # it moves
+    return frames
 
 
 def only_run_dir(log_dir) -> str:

@@ -1,47 +1,17 @@
 """The training progress line: one live line rewritten in place on a terminal, plain lines otherwise."""
 
-import os
-import pty
-import subprocess
-import sys
-
 import pytest
-from helpers import REPO, run_script
+from helpers import run_in_terminal, run_script
 
 # ~20k CartPole steps take several seconds, so a live line (every second) is rewritten several times.
 ARGS = ["--env-id", "CartPole-v1", "--total-timesteps", "20480"]
 
 
-def run_in_terminal(script: str, *args: str) -> tuple[int, str]:
-    """Run a script with a pseudo-terminal as stdout, as when a user starts it in a shell."""
-    main_fd, terminal_fd = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "cleanrl", f"{script}.py"), *args],
-        stdout=terminal_fd,
-        stderr=subprocess.PIPE,
-        cwd=REPO,
-    )
-    os.close(terminal_fd)
-    chunks = []
-    while True:
-        try:
-            data = os.read(main_fd, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(main_fd)
-    process.wait(timeout=300)
-    # the terminal turns "\n" into "\r\n"; undo it so only the script's own "\r" remain
-    return process.returncode, b"".join(chunks).decode().replace("\r\n", "\n")
-
-
 @pytest.mark.parametrize("script", ["ppo", "ppo_continuous_action"])
 def test_terminal_gets_one_live_line(tmp_path, script):
     args = ARGS if script == "ppo" else ["--env-id", "Hopper-v4", "--total-timesteps", "16384", "--num-envs", "8"]
-    returncode, output = run_in_terminal(script, *args, "--log-dir", str(tmp_path))
-    assert returncode == 0, output[-2000:]
+    returncode, output, stderr = run_in_terminal(script, *args, "--log-dir", str(tmp_path))
+    assert returncode == 0, stderr[-2000:]
     progress = [line for line in output.split("\n") if "step " in line]
     # every progress update rewrote the same line: one line on screen, several updates in it
     assert len(progress) == 1, progress

@@ -5,20 +5,8 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-from helpers import only_run_dir, run_script
-
-
-def decoded(path: str) -> np.ndarray:
-    import imageio.v3 as iio
-
-    frames = iio.imread(path)
-    assert frames.ndim == 4 and frames.shape[-1] == 3 and frames.dtype == np.uint8
-    assert len(frames) > 5
-    assert frames.std() > 10  # not blank
-    assert len({frame.tobytes() for frame in frames}) > 1  # it moves
-    return frames
+from helpers import decoded_video, only_run_dir, run_script
 
 
 def test_atari_training_films_evaluation_games_in_a_separate_process(tmp_path):
@@ -32,7 +20,7 @@ def test_atari_training_films_evaluation_games_in_a_separate_process(tmp_path):
     for iteration in (2, 3):  # every 2 iterations and the last one
         video_dir = os.path.join(run_dir, "videos", f"iteration-{iteration}")
         assert f"evaluation video written: {video_dir}" in result.stdout
-        frames = decoded(os.path.join(video_dir, "eval-episode-0.mp4"))
+        frames = decoded_video(os.path.join(video_dir, "eval-episode-0.mp4"))
         assert frames.shape[1:] == (210, 160, 3)
         # one game at a 120-step limit: the first frame, one per step, plus one per stale step after
         # a life loss (5 lives), which EnvPool's elapsed_step and so the time limit do not count
@@ -68,7 +56,7 @@ def test_training_films_evaluation_episodes_in_a_separate_process(tmp_path, scri
     for iteration in (2, 3):
         video_dir = os.path.join(run_dir, "videos", f"iteration-{iteration}")
         assert f"evaluation video written: {video_dir}" in result.stdout
-        decoded(os.path.join(video_dir, "eval-episode-0.mp4"))
+        decoded_video(os.path.join(video_dir, "eval-episode-0.mp4"))
         assert os.path.isfile(os.path.join(video_dir, "model.cleanrl_model"))
 
 
@@ -120,7 +108,7 @@ def test_evaluate_cli_captures_video(tmp_path, script, train_args):
     paths = sorted(glob.glob(str(video_dir / "*.mp4")))
     assert [os.path.basename(p) for p in paths] == ["eval-episode-0.mp4", "eval-episode-1.mp4"]
     for path in paths:
-        decoded(path)
+        decoded_video(path)
 
 
 @pytest.mark.parametrize("script", ["ppo_atari_envpool", *sorted(TRAINING_VIDEO_RUNS)])
