@@ -22,10 +22,6 @@ import pytest
 from flax.training.train_state import TrainState
 from helpers import REPO, decoded_video, only_run_dir, read_scalars, run_in_terminal, run_interrupted, run_script
 
-# The runs are subprocesses started after this process has used JAX (its threads are up); each one
-# execs straight after the fork, so JAX's warning about forking a multithreaded process does not apply.
-pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
-
 ATARI = "ppo_atari_envpool_xla_jax"
 CONTINUOUS = "ppo_continuous_action_envpool_xla_jax"
 
