@@ -27,6 +27,21 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
     )
 
 
+def assert_one_error_line(result: subprocess.CompletedProcess, fragments: list[str], ignore_warnings: bool = False) -> None:
+    """A user mistake's outcome: non-zero exit, no traceback, and exactly one non-empty stderr line,
+    `error: ...`, holding every fragment. ignore_warnings: library warning lines (EnvPool's gym
+    logger) do not count."""
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    if ignore_warnings:
+        lines = [line for line in lines if "Warn" not in line and "gym.logger" not in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
 def run_in_terminal(script: str, *args: str, timeout: float = 600) -> tuple[int, str, str]:
     """Run `cleanrl/<script>.py` with its stdout on a pseudo-terminal (sys.stdout.isatty() is True,
     as in an interactive shell) and its stderr in a file. Returns (returncode, stdout, stderr)."""
