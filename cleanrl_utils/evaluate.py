@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import tyro
 
+from cleanrl_utils.run import check_writable_dir, torch_threads
 from cleanrl_utils.video import record_gymnasium_episodes
 
 
@@ -37,10 +38,13 @@ class EvalArgs:
     in the same Gymnasium env id, MuJoCo rendered headless through EGL)"""
     video_dir: str | None = None
     """where the videos go (default: `videos/` beside the model file)"""
+    torch_threads: int = 0
+    """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
 
 
 def load_flax_checkpoint(model_path: str) -> dict | None:
-    """The JAX scripts save flax msgpack (same keys, flax params as "model_state_dict"); None if not one."""
+    """The JAX scripts save flax msgpack (same keys, flax params as "model_state_dict"); None if not one.
+    A JAX *training* checkpoint (`checkpoint.msgpack`) holds the params inside its "train_state"."""
     from flax.serialization import msgpack_restore
 
     try:
@@ -48,7 +52,14 @@ def load_flax_checkpoint(model_path: str) -> dict | None:
             checkpoint = msgpack_restore(f.read())
     except Exception:
         return None
-    return checkpoint if isinstance(checkpoint, dict) and "script" in checkpoint else None
+    if not isinstance(checkpoint, dict) or "script" not in checkpoint:
+        return None
+    train_state = checkpoint.get("train_state")
+    if "model_state_dict" not in checkpoint and isinstance(train_state, dict) and "params" in train_state:
+        checkpoint["model_state_dict"] = train_state["params"]
+    if not isinstance(checkpoint.get("model_state_dict"), dict) or not isinstance(checkpoint.get("args"), dict):
+        sys.exit(f"error: --model-path {model_path!r} is not a .cleanrl_model file or checkpoint (no weights or args)")
+    return checkpoint
 
 
 def load_checkpoint(model_path: str) -> dict:
@@ -63,6 +74,8 @@ def load_checkpoint(model_path: str) -> dict:
         sys.exit(f"error: --model-path {model_path!r} is not a readable .cleanrl_model file ({type(error).__name__})")
     if not isinstance(checkpoint, dict) or "script" not in checkpoint or "model_state_dict" not in checkpoint:
         sys.exit(f"error: --model-path {model_path!r} is not a .cleanrl_model file (no script name or weights)")
+    if not isinstance(checkpoint.get("args"), dict):
+        sys.exit(f"error: --model-path {model_path!r} is not a .cleanrl_model file (no training args)")
     return checkpoint
 
 
@@ -286,9 +299,13 @@ def evaluate(
 
 def main() -> None:
     args = tyro.cli(EvalArgs)
+    if args.torch_threads < 0:
+        sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
+    torch.set_num_threads(torch_threads(args.torch_threads))
     video_dir = None
     if args.capture_video:
         video_dir = args.video_dir or os.path.join(os.path.dirname(os.path.abspath(args.model_path)), "videos")
+        check_writable_dir(video_dir, "--video-dir")
     returns = evaluate(args.model_path, args.episodes, args.seed, args.greedy, args.cuda, video_dir)
     for i, episodic_return in enumerate(returns):
         print(f"episode {i}: return {episodic_return:.2f}")

@@ -1,6 +1,9 @@
-"""Evaluation videos: stream RGB frames into an H.264 MP4 (imageio-ffmpeg ships its own ffmpeg)."""
+"""Evaluation videos: stream RGB frames into an H.264 MP4 (imageio-ffmpeg ships its own ffmpeg), and
+the evaluation-video jobs a training run starts."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 
@@ -50,3 +53,58 @@ def record_gymnasium_episodes(
         paths.append(writer.path)
     env.close()
     return paths
+
+
+class VideoJobs:
+    """Evaluation videos filmed during training, each by `cleanrl_utils.evaluate` in its own process
+    from a snapshot of the policy (`write_model(path)` writes it), so the training envs never render.
+
+    At most one evaluator runs at a time: a video that falls due while one is still being filmed is
+    skipped, and the skip is printed; the last one (`final=True`: end of training or a requested
+    stop) waits for the running one instead. Evaluators run in their own session, so a terminal's
+    Ctrl-C, which reaches the whole foreground process group, does not kill them: the training
+    process waits for them in `finish()`, and if it is aborted they still finish their video."""
+
+    def __init__(self, run_dir: str, write_model, env: dict | None = None):
+        self.run_dir = run_dir
+        self.write_model = write_model
+        self.env = env  # the evaluator's environment variables (None: this process's)
+        self.running: tuple[subprocess.Popen, str, object] | None = None
+        self.results: list[str] = []
+
+    def film(self, iteration: int, final: bool = False) -> None:
+        if self._running_still():
+            if not final:
+                print(f"evaluation video of iteration {iteration} skipped: the previous one is still being filmed", flush=True)
+                return
+            self._wait()
+        video_dir = os.path.join(self.run_dir, "videos", f"iteration-{iteration}")
+        os.makedirs(video_dir, exist_ok=True)
+        model_path = self.write_model(os.path.join(video_dir, "model.cleanrl_model"))
+        command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
+        command += ["--capture-video", "--video-dir", video_dir, "--no-cuda", "--torch-threads", "1"]
+        log = open(os.path.join(video_dir, "evaluate.log"), "w")
+        process = subprocess.Popen(command, stdout=log, stderr=log, env=self.env, start_new_session=True)
+        self.running = (process, video_dir, log)
+
+    def _running_still(self) -> bool:
+        if self.running is None:
+            return False
+        if self.running[0].poll() is None:
+            return True
+        self._wait()
+        return False
+
+    def _wait(self) -> None:
+        process, video_dir, log = self.running
+        returncode = process.wait()
+        log.close()
+        status = "written" if returncode == 0 else f"FAILED (exit {returncode}, see {video_dir}/evaluate.log)"
+        self.results.append(f"evaluation video {status}: {video_dir}")
+        print(self.results[-1], flush=True)
+        self.running = None
+
+    def finish(self) -> None:
+        """Wait for the evaluator still running, if any."""
+        if self.running is not None:
+            self._wait()

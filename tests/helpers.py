@@ -75,9 +75,9 @@ def run_in_terminal(script: str, *args: str, timeout: float = 600) -> tuple[int,
     return returncode, b"".join(chunks).decode(), stderr
 
 
-def run_interrupted(script: str, args: list[str], log_dir, process_group: bool = False):
-    """Start a run, send SIGINT once its first progress line is out. With process_group, the signal
-    goes to the whole process group, as Ctrl-C in a terminal does (env subprocesses included)."""
+def run_interrupted(script: str, args: list[str], log_dir, process_group: bool = False, signum: int = signal.SIGINT):
+    """Start a run, send SIGINT (or `signum`) once its first progress line is out. With process_group,
+    the signal goes to the whole process group, as Ctrl-C in a terminal does (env subprocesses included)."""
     process = subprocess.Popen(
         [sys.executable, os.path.join(REPO, "cleanrl", f"{script}.py"), *args, "--log-dir", str(log_dir)],
         stdout=subprocess.PIPE,
@@ -86,14 +86,18 @@ def run_interrupted(script: str, args: list[str], log_dir, process_group: bool =
         cwd=REPO,
         start_new_session=process_group,
     )
-    first_line = process.stdout.readline()
-    assert first_line.startswith("step "), first_line + process.stderr.read()
+    head = ""
+    for line in process.stdout:  # "run folder: ..." comes first, then the progress lines
+        head += line
+        if line.startswith("step "):
+            break
+    assert head.endswith("\n") and head.splitlines()[-1].startswith("step "), head + process.stderr.read()
     if process_group:
-        os.killpg(process.pid, signal.SIGINT)
+        os.killpg(process.pid, signum)
     else:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=300)
-    return process.returncode, first_line + stdout, stderr, only_run_dir(log_dir)
+    return process.returncode, head + stdout, stderr, only_run_dir(log_dir)
 
 
 def decoded_video(path: str):

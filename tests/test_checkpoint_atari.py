@@ -4,13 +4,15 @@ runs (a subprocess sent SIGINT, a corrupted checkpoint, a forced divergence)."""
 import hashlib
 import os
 import random
+import shutil
 
 import numpy as np
 import pytest
 import torch
 from helpers import only_run_dir, read_scalars, run_interrupted, run_script
 
-from cleanrl.ppo_atari_envpool import Agent, Args, load_checkpoint, ppo_loss, rng_states, save_checkpoint, set_rng_states
+from cleanrl.ppo_atari_envpool import Agent, Args, ppo_loss
+from cleanrl_utils.checkpoint import load_torch, save_torch, set_torch_rng_states, torch_rng_states
 
 SCRIPT = "ppo_atari_envpool"
 # 16 iterations of 8 envs x 32 steps: fast, and long enough to interrupt in the middle
@@ -43,20 +45,24 @@ def test_checkpoint_round_trip_is_bit_exact(tmp_path):
     path = str(tmp_path / "checkpoint.pt")
     state = {
         "script": SCRIPT,
+        "run_name": "run",
+        "args": {},
+        "iteration": 3,
+        "global_step": 768,
         "model_state_dict": agent.state_dict(),
         "optimizer_state_dict": optimizer.state_dict(),
-        "rng": rng_states(),
+        "rng": torch_rng_states(),
     }
-    save_checkpoint(path, state)
+    save_torch(path, state)
     assert not os.path.exists(path + ".tmp")
     expected_draws = (random.random(), np.random.rand(), torch.rand(3))
 
-    restored = load_checkpoint(path, SCRIPT)
+    restored = load_torch(path, SCRIPT, {"model_state_dict": dict, "optimizer_state_dict": dict})
     agent2 = Agent(6)
     optimizer2 = torch.optim.Adam(agent2.parameters(), lr=1.0)
     agent2.load_state_dict(restored["model_state_dict"])
     optimizer2.load_state_dict(restored["optimizer_state_dict"])
-    set_rng_states(restored["rng"])
+    set_torch_rng_states(restored["rng"])
     for (name, p), p2 in zip(agent.state_dict().items(), agent2.state_dict().values()):
         assert torch.equal(p, p2), name
     saved_opt, restored_opt = optimizer.state_dict(), optimizer2.state_dict()
@@ -104,20 +110,19 @@ def test_resume_continues_step_counter_and_lr_schedule(interrupted_run):
 
 
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(interrupted_run, tmp_path):
-    """Resume from a copy of a good checkpoint whose learning rate was set absurdly high: the next
-    iteration overflows the weights. The run must stop naming the iteration, exit non-zero, and
-    leave the good checkpoint in the run folder untouched."""
+    """Resume a good checkpoint with an absurd --learning-rate (a flag a resumed run may change): the
+    next iteration overflows the weights. The run must stop naming the iteration, exit non-zero, and
+    leave the good checkpoint in its run folder untouched."""
     _, _, _, run_dir = interrupted_run
-    good_path = os.path.join(run_dir, "checkpoint.pt")
+    good_dir = tmp_path / "good"
+    shutil.copytree(run_dir, good_dir)
+    good_path = str(good_dir / "checkpoint.pt")
     good = torch.load(good_path, weights_only=True)
     good["iteration"], good["global_step"] = 2, 512  # resume early so the run is not already over
-    save_checkpoint(good_path, good)
+    save_torch(good_path, good)
     digest = hashlib.sha256(open(good_path, "rb").read()).hexdigest()
-    poisoned = dict(good, args={**good["args"], "learning_rate": 1e30})
-    poisoned_path = str(tmp_path / "poisoned.pt")
-    torch.save(poisoned, poisoned_path)
 
-    result = run_script(SCRIPT, "--resume", poisoned_path)
+    result = run_script(SCRIPT, "--resume", good_path, "--learning-rate", "1e30")
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert (

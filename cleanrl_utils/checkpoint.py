@@ -1,0 +1,263 @@
+"""Checkpoint files: written whole or not at all, read back with one-line errors, RNG states, and
+the arguments of a resumed run.
+
+What a checkpoint *holds* is each script's business (its `training_state()`); these functions only
+write, read and check the file. Torch scripts write `torch.save` files that load with
+`weights_only=True` (no pickle code runs on load); the JAX scripts write flax msgpack.
+"""
+
+import dataclasses
+import os
+import random
+import sys
+from typing import Callable
+
+import numpy as np
+
+# Every checkpoint holds these, with these types (the script's own keys are checked by the script).
+COMMON_KEYS = {"script": str, "run_name": str, "args": dict, "iteration": int, "global_step": int, "rng": dict}
+
+# EnvPool's simulators cannot be snapshotted, so a resumed EnvPool run starts fresh games. Seeding
+# them with `seed` again would replay the games the run began with; `seed + RESEED_STRIDE * iteration`
+# gives new ones. The stride is a prime larger than any env count, so the seed ranges the envs of
+# two resumes use (EnvPool gives env i the seed seed + i) never overlap.
+RESEED_STRIDE = 7919
+
+
+def resumed_env_seed(seed: int, iteration: int) -> int:
+    """The env seed of a run resumed after `iteration` (0: a fresh run)."""
+    return seed + RESEED_STRIDE * iteration
+
+
+def write_atomically(path: str, write: Callable) -> None:
+    """`write(file)` into `path + ".tmp"`, flushed to disk, then renamed over `path`: a crash, kill or
+    full disk mid-write never leaves a torn checkpoint, and the previous one stays until the rename."""
+    tmp_path = path + ".tmp"
+    with open(tmp_path, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp_path, path)
+
+
+def save_torch(path: str, state: dict) -> None:
+    import torch
+
+    write_atomically(path, lambda f: torch.save(state, f))
+
+
+def save_msgpack(path: str, state: dict) -> None:
+    """flax msgpack, no pickle: arrays keep their dtypes and shapes, the rest is plain data."""
+    import flax.serialization
+
+    write_atomically(path, lambda f: f.write(flax.serialization.msgpack_serialize(state)))
+
+
+def _fail(flag: str, path: str, reason: str):
+    sys.exit(f"error: {flag} {path!r} {reason}")
+
+
+def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
+    """`checkpoint` if it is a dict holding `keys` (name -> type) and COMMON_KEYS and was written by
+    `script`; else one line naming what is wrong, and exit. Runs before anything is written."""
+    if not isinstance(checkpoint, dict):
+        _fail(flag, path, "is not a resumable checkpoint (not a dict of training state)")
+    if checkpoint.get("script") != script:
+        _fail(flag, path, f"is a checkpoint of {checkpoint.get('script')!r}, not of {script!r}")
+    for name, expected in {**COMMON_KEYS, **keys}.items():
+        if name not in checkpoint:
+            _fail(flag, path, f"has no {name!r} entry (a damaged or hand-edited checkpoint)")
+        value = checkpoint[name]
+        if expected is int and isinstance(value, np.ndarray | np.generic) and np.ndim(value) == 0:
+            value = value.item()  # msgpack gives numpy scalars back
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            _fail(flag, path, f"has a {type(value).__name__} as {name!r}, not a {expected.__name__}")
+    if checkpoint["iteration"] < 0 or checkpoint["global_step"] < 0:
+        _fail(flag, path, "has a negative iteration or global step")
+    return checkpoint
+
+
+def load_torch(path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
+    """A torch checkpoint of `script` holding `keys`, or one clear line and exit."""
+    import torch
+
+    if not os.path.isfile(path):
+        _fail(flag, path, "does not exist")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        _fail(flag, path, f"is not a readable checkpoint ({type(error).__name__})")
+    if isinstance(checkpoint, dict) and "optimizer_state_dict" not in checkpoint:
+        _fail(flag, path, "is not a resumable checkpoint (no optimiser state)")
+    return check_checkpoint(checkpoint, path, script, keys, flag)
+
+
+def load_msgpack(path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
+    """A flax msgpack checkpoint of `script` holding `keys`, or one clear line and exit."""
+    import flax.serialization
+
+    if not os.path.isfile(path):
+        _fail(flag, path, "does not exist")
+    try:
+        with open(path, "rb") as f:
+            checkpoint = flax.serialization.msgpack_restore(f.read())
+    except Exception as error:
+        _fail(flag, path, f"is not a readable checkpoint ({type(error).__name__})")
+    train_state = checkpoint.get("train_state") if isinstance(checkpoint, dict) else None
+    if not isinstance(train_state, dict) or "opt_state" not in train_state:
+        _fail(flag, path, "is not a resumable checkpoint (no optimiser state)")
+    checkpoint = check_checkpoint(checkpoint, path, script, keys, flag)
+    for name in ("iteration", "global_step"):
+        checkpoint[name] = int(checkpoint[name])
+    return checkpoint
+
+
+def restored_or_exit(path: str, what: str, restore: Callable[[], None]) -> None:
+    """Run `restore()` (load_state_dict and the like); if the saved state does not fit this run, one
+    line naming `what` and exit, instead of a traceback from deep inside torch or flax."""
+    try:
+        restore()
+    except Exception as error:
+        reason = " ".join(str(error).split())[:300]  # one line
+        sys.exit(f"error: --resume {path!r} holds {what} that does not fit this script's ({type(error).__name__}: {reason})")
+
+
+def restore_torch(path: str, checkpoint: dict, model, optimizer, num_iterations: int) -> tuple[int, int]:
+    """Weights, optimiser state and RNG states from a torch checkpoint (one line and exit if they do
+    not fit); prints where the run resumes. Returns (first iteration to run, global step)."""
+    restored_or_exit(path, "weights", lambda: model.load_state_dict(checkpoint["model_state_dict"]))
+    restored_or_exit(path, "an optimiser state", lambda: optimizer.load_state_dict(checkpoint["optimizer_state_dict"]))
+    restored_or_exit(path, "RNG states", lambda: set_torch_rng_states(checkpoint["rng"]))
+    return say_resumed(path, checkpoint, num_iterations)
+
+
+def say_resumed(path: str, checkpoint: dict, num_iterations: int) -> tuple[int, int]:
+    """Print where a resumed run continues (or that it has nothing left to do). Returns (first
+    iteration to run, global step)."""
+    run_name, iteration, global_step = (
+        os.path.basename(os.path.dirname(os.path.abspath(path))),
+        checkpoint["iteration"],
+        checkpoint["global_step"],
+    )
+    print(f"resumed {run_name} at iteration {iteration} (global step {global_step:,})", flush=True)
+    if iteration >= num_iterations:
+        print(f"{run_name} already ran its {num_iterations} iterations; a larger --total-timesteps extends it", flush=True)
+    return iteration + 1, global_step
+
+
+# ---- arguments of a resumed run ----
+
+# Flags a resumed run may change. Everything else defines the run (batch shapes, the algorithm, the
+# envs) and must stay as saved. --total-timesteps extends (or shortens) the run; the learning-rate
+# schedule is recomputed for the new length, as if the run had been planned that long from the start.
+# --learning-rate rescues a run that diverged or stalled.
+MAY_CHANGE_ON_RESUME = (
+    "resume",
+    "total_timesteps",
+    "learning_rate",
+    "save_model",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "checkpoint_every",
+    "capture_video",
+    "video_every",
+    "torch_threads",
+    "cuda",
+)
+
+
+def resume_args(args_class, checkpoint: dict, path: str, may_change: tuple[str, ...] = MAY_CHANGE_ON_RESUME):
+    """The saved arguments with the flags of this command line applied over them. A flag that would
+    change anything outside `may_change` stops the run with one line naming it: never silently
+    dropped, never silently applied. Fields added to a script after the checkpoint take their defaults."""
+    import tyro
+
+    fields = {field.name for field in dataclasses.fields(args_class)}
+    saved = checkpoint["args"]
+    unknown = sorted(set(saved) - fields)
+    if unknown:
+        sys.exit(f"error: --resume {path!r} holds arguments this script does not know: {', '.join(unknown)}")
+    try:
+        saved_args = args_class(**saved)
+    except Exception as error:
+        sys.exit(f"error: --resume {path!r} holds arguments that do not fit this script ({type(error).__name__})")
+    args = tyro.cli(args_class, default=saved_args)
+    changed = [name for name in sorted(fields) if getattr(args, name) != getattr(saved_args, name) and name not in may_change]
+    if changed:
+        flags = ", ".join(
+            f"--{name.replace('_', '-')} {getattr(args, name)} (saved: {getattr(saved_args, name)})" for name in changed
+        )
+        allowed = ", ".join(f"--{name.replace('_', '-')}" for name in may_change if name in fields and name != "resume")
+        sys.exit(f"error: {flags} cannot change on --resume; a resumed run may change only {allowed}")
+    return args
+
+
+# ---- RNG states ----
+
+
+def torch_rng_states() -> dict:
+    """Python's, numpy's and torch's global RNG states, as types `torch.load(weights_only=True)` reads."""
+    import torch
+
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": (np_name, np_keys.tolist(), np_pos, np_has_gauss, np_cached),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_torch_rng_states(states: dict) -> None:
+    import torch
+
+    random.setstate(states["python"])
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = states["numpy"]
+    np.random.set_state((np_name, np.array(np_keys, dtype=np.uint32), np_pos, np_has_gauss, np_cached))
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def msgpack_rng_states() -> dict:
+    """Python's and numpy's global RNG states as msgpack-friendly data (a JAX key is saved by the script)."""
+    py_version, py_internal, py_gauss_next = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    return {
+        "python": {"version": py_version, "internal": np.asarray(py_internal, np.int64), "gauss_next": py_gauss_next},
+        "numpy": {"name": np_name, "keys": np_keys, "pos": np_pos, "has_gauss": np_has_gauss, "cached": np_cached},
+    }
+
+
+def set_msgpack_rng_states(states: dict) -> None:
+    python, numpy = states["python"], states["numpy"]
+    random.setstate((int(python["version"]), tuple(int(x) for x in python["internal"]), python["gauss_next"]))
+    np_state = (numpy["name"], np.asarray(numpy["keys"], np.uint32), int(numpy["pos"]), int(numpy["has_gauss"]))
+    np.random.set_state(np_state + (float(numpy["cached"]),))
+
+
+def restore_like(template, state):
+    """`template` (a pytree of jax arrays: a fresh TrainState, PRNG key, ...) holding the values saved
+    in `state` (its flax state dict, as read back from a checkpoint). Structure, shapes, dtypes and
+    weak types are the template's, so a jitted function sees exactly the input types of a fresh
+    run: a resumed run compiles once, in its first iteration, like a fresh one. ValueError if
+    `state` does not fit the template."""
+    import flax.serialization
+    import jax
+    import jax.numpy as jnp
+
+    restored = flax.serialization.from_state_dict(template, state)
+
+    def leaf(fresh: jax.Array, saved) -> jax.Array:
+        saved = np.asarray(saved)
+        if saved.shape != fresh.shape or saved.dtype != fresh.dtype:
+            raise ValueError(f"saved {saved.dtype}{list(saved.shape)} where this run has {fresh.dtype}{list(fresh.shape)}")
+        # A weakly typed leaf (TrainState.step starts as the Python int 0) must stay weak: jit's
+        # cache tells weak from strong types, so a strong one would compile the iteration again.
+        value = jnp.asarray(saved.item()) if fresh.weak_type else jnp.asarray(saved)
+        if value.dtype != fresh.dtype:
+            raise ValueError(f"weakly typed {fresh.dtype} leaf restores as {value.dtype}")
+        return value
+
+    return jax.tree.map(leaf, template, restored)

@@ -1,0 +1,114 @@
+"""Argument checks every script repeats. Each exits with one line, `error: ...`, that names the bad
+value and what is allowed: a user mistake never ends in a traceback, and nothing has been written yet."""
+
+import difflib
+import os
+import sys
+
+MAX_SEED = 2**32 - 1  # numpy's global seed is a uint32
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_positive(args, *names: str) -> None:
+    """Each named field is > 0 (integers: "a positive integer")."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            kind = "a positive integer" if isinstance(value, int) else "positive"
+            sys.exit(f"error: {flag(name)} must be {kind}, got {value}")
+
+
+def check_run_args(args) -> None:
+    """The flags every script has: seed, learning rate, discounting, checkpoint and video intervals,
+    threads."""
+    if not 0 <= args.seed <= MAX_SEED:
+        sys.exit(f"error: --seed must be in 0..{MAX_SEED} (numpy seeds are 32-bit), got {args.seed}")
+    check_positive(args, "total_timesteps", "learning_rate", "video_every")
+    if not (0 < args.gamma <= 1 and 0 <= getattr(args, "gae_lambda", 0) <= 1):
+        sys.exit(
+            f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {getattr(args, 'gae_lambda', 0)}"
+        )
+    if args.checkpoint_every < 0:
+        sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
+    if getattr(args, "torch_threads", 0) < 0:
+        sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
+
+
+def check_rollout_shape(num_envs: int, num_steps: int, num_minibatches: int, update_epochs: int, total_timesteps: int) -> None:
+    """Positive sizes; the minibatches split the rollout evenly, two rows at least (the advantage
+    normalisation needs a standard deviation); one rollout fits in --total-timesteps."""
+    for name, value in (
+        ("num_envs", num_envs),
+        ("num_steps", num_steps),
+        ("num_minibatches", num_minibatches),
+        ("update_epochs", update_epochs),
+    ):
+        if value <= 0:
+            sys.exit(f"error: {flag(name)} must be a positive integer, got {value}")
+    batch_size = num_envs * num_steps
+    if batch_size % num_minibatches != 0:
+        sys.exit(
+            f"error: --num-minibatches {num_minibatches} does not divide the batch size "
+            f"{batch_size} (= --num-envs {num_envs} x --num-steps {num_steps})"
+        )
+    if batch_size // num_minibatches < 2:
+        sys.exit(
+            f"error: --num-minibatches {num_minibatches} leaves {batch_size // num_minibatches} row per minibatch "
+            f"(batch size {batch_size}); a minibatch needs at least 2 rows"
+        )
+    if batch_size > total_timesteps:
+        sys.exit(f"error: --total-timesteps {total_timesteps} is smaller than one rollout ({batch_size} steps)")
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux); elsewhere the physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(bytes_needed: int, what: str, flags: str) -> None:
+    """Refuse up front, with one line, a buffer larger than the memory this machine has free."""
+    available = available_memory_bytes()
+    if bytes_needed > available:
+        sys.exit(
+            f"error: {what} needs {bytes_needed / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB "
+            f"of memory available; lower {flags}"
+        )
+
+
+# EnvPool's task families, by the module its registry names for an id.
+ENVPOOL_FAMILIES = {
+    "envpool.atari": ("Atari", "Pong-v5, Breakout-v5, BeamRider-v5"),
+    "envpool.mujoco.gym": ("MuJoCo", "HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4"),
+    "envpool.mujoco.dmc": ("DeepMind Control", "CheetahRun-v1, WalkerWalk-v1"),
+    "envpool.classic_control": ("classic control", "CartPole-v1, Pendulum-v1"),
+}
+
+
+def check_envpool_id(env_id: str, family: str) -> None:
+    """`env_id` is an EnvPool id of `family` (a key of ENVPOOL_FAMILIES). Close matches are suggested
+    from that family only; an id of another EnvPool family is named as such."""
+    from envpool.registration import registry
+
+    name, examples = ENVPOOL_FAMILIES[family]
+    specs = registry.specs
+    if env_id in specs and specs[env_id][0] == family:
+        return
+    if env_id in specs:
+        other = ENVPOOL_FAMILIES.get(specs[env_id][0], (specs[env_id][0],))[0]
+        sys.exit(
+            f"error: --env-id {env_id!r} is an EnvPool {other} environment; this script takes {name} ones, e.g. {examples}"
+        )
+    ids = [i for i, spec in specs.items() if spec[0] == family]
+    close = difflib.get_close_matches(env_id, ids, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {examples}"
+    sys.exit(f"error: --env-id {env_id!r} is not an EnvPool {name} environment{hint}")

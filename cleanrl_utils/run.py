@@ -1,0 +1,148 @@
+"""A training run's folder, its tensorboard/wandb writer, its progress line, its divergence exit and
+its CPU thread count: the plumbing every script shares, one small function or class each.
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
+    """(run_name, absolute run_dir), the folder made, its path printed; or one line and exit.
+
+    A fresh run gets `<log_dir>/<env_id>__<exp_name>__<seed>__<unix time>`, with `-2`, `-3`, ...
+    appended when that folder exists already (two launches in the same second): a run never writes
+    into another run's folder. A namespaced env id (`phys2d/CartPole-v1`) becomes one folder name
+    (`phys2d-CartPole-v1`). A resumed run continues in its checkpoint's own folder, wherever the
+    command is started from."""
+    if checkpoint_path is not None:
+        run_dir = os.path.dirname(os.path.abspath(checkpoint_path))
+        print(f"run folder: {run_dir}", flush=True)
+        return os.path.basename(run_dir), run_dir
+    base = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    log_dir = os.path.abspath(args.log_dir)
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        for attempt in range(1, 1000):
+            run_name = base if attempt == 1 else f"{base}-{attempt}"
+            run_dir = os.path.join(log_dir, run_name)
+            try:
+                os.mkdir(run_dir)  # atomic: of two launches in the same second, one gets the name
+            except FileExistsError:
+                continue
+            print(f"run folder: {run_dir}", flush=True)
+            return run_name, run_dir
+    except OSError as error:
+        sys.exit(f"error: --log-dir {args.log_dir!r} cannot hold a run folder ({type(error).__name__}: {error.strerror})")
+    sys.exit(f"error: --log-dir {args.log_dir!r} already holds runs {base} to {base}-999")
+
+
+def check_writable_dir(path: str, flag: str) -> None:
+    """Exit with one line unless `path` is (or can be made) a folder this process can write into."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        sys.exit(f"error: {flag} {path!r} is not a writable folder ({type(error).__name__}: {error.strerror})")
+
+
+def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = None):
+    """A tensorboard SummaryWriter on `run_dir` (mirrored to Weights and Biases with --track), the
+    hyperparameters written as a text table. On resume, events the interrupted run logged after its
+    checkpoint are dropped (purge_step), so no step is logged twice."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(run_dir, purge_step=None if resumed_step is None else resumed_step + 1)
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+    return writer
+
+
+def torch_threads(requested: int) -> int:
+    """The torch intra-op thread count to use: `requested` if > 0; else (0, auto) OMP_NUM_THREADS when
+    set (cleanrl_utils.benchmark sets it to cores / workers for each run it starts), else the cores
+    this process may use. Two processes that both spin one OpenMP thread per core on shared cores
+    slow each other down many times over, so concurrent runs must split the cores."""
+    if requested > 0:
+        return requested
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:
+        return int(omp)
+    return len(os.sched_getaffinity(0))
+
+
+class ProgressLine:
+    """The progress line and the SPS clock of a run. On a terminal, one line rewritten in place at most once a second; elsewhere (CI, log files,
+    pipes) a plain line every 10 s. The last line (`final=True`) is always printed and ends with a
+    newline. `episode_word` names what `returns` counts ("games" for Atari, else "episodes")."""
+
+    def __init__(self, start_step: int, total_steps: int, episode_word: str = "episodes", stream=None):
+        self.start_step, self.start_time = start_step, time.time()
+        self.total_steps = total_steps
+        self.episode_word = episode_word
+        self.stream = stream or sys.stdout
+        self.live = self.stream.isatty()
+        self.last_print = 0.0
+        self.open_line = False
+
+    def sps(self, global_step: int) -> int:
+        """Env steps per second since this run (or resumed run) started training."""
+        return int((global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
+
+    def show(self, global_step: int, sps: int, returns: list[float], final: bool = False) -> None:
+        now = time.time()
+        if not final and now - self.last_print <= (1 if self.live else 10):
+            return
+        self.last_print = now
+        recent = returns[-20:]
+        mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
+        eta = max(self.total_steps - global_step, 0) / max(sps, 1)
+        line = (
+            f"step {global_step:,}/{self.total_steps:,}  SPS {sps:,}  return(last {len(recent)}) {mean_return}  "
+            f"{self.episode_word} {len(returns):,}  ETA {eta / 60:.1f} min"
+        )
+        if self.live:  # "\r\x1b[K": back to column 0 and clear the line, so it is rewritten in place
+            line = f"\r\x1b[K{line}"
+        end = "\n" if final or not self.live else ""
+        print(line, end=end, file=self.stream, flush=True)
+        self.open_line = self.live and not end
+
+    def end_line(self) -> None:
+        """Before printing anything else under a live line."""
+        if self.open_line:
+            print(file=self.stream, flush=True)
+            self.open_line = False
+
+
+def exit_if_diverged(finite: bool, iteration: int, global_step: int, checkpoint_path: str, writer, progress) -> None:
+    """A diverged run (non-finite loss or parameters) stops here, before any checkpoint could be
+    overwritten with its state: the last good checkpoint, if any, stays as it was."""
+    if finite:
+        return
+    writer.close()
+    progress.end_line()
+    saved = f"last good checkpoint: {checkpoint_path}" if os.path.exists(checkpoint_path) else "no checkpoint was written"
+    sys.exit(f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}")
+
+
+def checkpoint_due(iteration: int, num_iterations: int, every: int, stopping: bool) -> bool:
+    """Every `every` iterations (0: never on a schedule), at a requested stop, and at the end."""
+    return (every > 0 and iteration % every == 0) or stopping or iteration == num_iterations
