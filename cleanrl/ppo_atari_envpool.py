@@ -432,7 +432,7 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p).all()) for p in agent.parameters())
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress)
+        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration))
         last = iteration == args.num_iterations or stopping

@@ -132,14 +132,22 @@ class ProgressLine:
             self.open_line = False
 
 
-def exit_if_diverged(finite: bool, iteration: int, global_step: int, checkpoint_path: str, writer, progress) -> None:
+def exit_if_diverged(
+    finite: bool, iteration: int, global_step: int, checkpoint_path: str, writer, progress, resumed_from: str | None = None
+) -> None:
     """A diverged run (non-finite loss or parameters) stops here, before any checkpoint could be
-    overwritten with its state: the last good checkpoint, if any, stays as it was."""
+    overwritten with its state: the last good checkpoint, if any, stays as it was. The line names it
+    (the run folder's checkpoint, else the file the run was resumed from)."""
     if finite:
         return
     writer.close()
     progress.end_line()
-    saved = f"last good checkpoint: {checkpoint_path}" if os.path.exists(checkpoint_path) else "no checkpoint was written"
+    if os.path.exists(checkpoint_path):
+        saved = f"last good checkpoint: {checkpoint_path}"
+    elif resumed_from:
+        saved = f"last good checkpoint: {os.path.abspath(resumed_from)}"
+    else:
+        saved = "no checkpoint was written"
     sys.exit(f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}")
 
 
