@@ -298,7 +298,6 @@ if __name__ == "__main__":
     args.num_iterations = args.total_timesteps // args.batch_size
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    writer = make_writer(args, run_name, run_dir, checkpoint["global_step"] if checkpoint else None)
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -318,6 +317,7 @@ if __name__ == "__main__":
     start_iteration, global_step = 1, 0
     if checkpoint:  # weights, Adam and RNG states (one line if they do not fit); prints where the run resumes
         start_iteration, global_step = restore_torch(args.resume, checkpoint, agent, optimizer, args.num_iterations)
+    writer = make_writer(args, run_name, run_dir, checkpoint["global_step"] if checkpoint else None)  # after every check
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
