@@ -3,11 +3,15 @@
 # at the Table 5 defaults (EnvPool paper, appendix F), the same envs, seeds and budget as
 # benchmark/ppo_continuous_action_envpool.sh, so next-step (EnvPool) and same-step (Gymnasium)
 # curves compare run for run. 1M steps unless TOTAL says otherwise. Then the plots and summary table.
+# Everything goes into one folder of its own, runs/sweeps/ppo_continuous_action-<date>-<time>: the
+# runs, their logs (logs/) and the plots and summary.md (plots/). Only that folder is plotted, so
+# no other run (a `make run`, an older sweep) joins the curves.
 #   bash benchmark/ppo_continuous_action.sh                                # 4 envs x 3 seeds, 1M
 #   TOTAL=10000000 bash benchmark/ppo_continuous_action.sh                 # the paper's 10M
 #   ENVS="Hopper-v4" SEEDS="1" bash benchmark/ppo_continuous_action.sh     # a subset
 #   VECTOR_MODE=async bash benchmark/ppo_continuous_action.sh              # AsyncVectorEnv (64 processes)
 #   SPS=1 bash benchmark/ppo_continuous_action.sh                          # only: SPS, sync vs async
+#   SWEEP=runs/sweeps/ppo_continuous_action-20250101-120000 SEEDS="4" bash benchmark/ppo_continuous_action.sh  # add a seed
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -33,11 +37,13 @@ if [[ "${SPS:-0}" == 1 ]]; then
   done
   exit 0
 fi
-RUNS=runs/benchmark_ppo_continuous_action
+SWEEP=${SWEEP:-runs/sweeps/ppo_continuous_action-$(date +%Y%m%d-%H%M%S)}
+LOG_DIR=$(printf %q "$SWEEP")  # --log-dir of every run, quoted for the --command string
+echo "sweep folder: $SWEEP"
 status=0
 # shellcheck disable=SC2086
 $PY -m cleanrl_utils.benchmark --command "$PY cleanrl/ppo_continuous_action.py --total-timesteps $TOTAL \
-  --vector-mode $VECTOR_MODE --save-model --log-dir $RUNS $EXTRA" --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" \
-  || status=1
-$PY -m cleanrl_utils.plot --log-dir "$RUNS" --output-dir plots/ppo_continuous_action || status=1
+  --vector-mode $VECTOR_MODE --save-model --log-dir $LOG_DIR $EXTRA" --env-ids $ENVS --seeds $SEEDS \
+  --workers "$WORKERS" --log-dir "$SWEEP/logs" || status=1
+$PY -m cleanrl_utils.plot --log-dir "$SWEEP" --output-dir "$SWEEP/plots" || status=1
 exit $status

@@ -4,8 +4,14 @@
         --env-ids Pong-v5 Breakout-v5 --seeds 1 2 3 --workers 1
 
 Each run is `<command> --env-id <env> --seed <seed>`, its output in `<log-dir>/<name>.log`. A failed
-run does not stop the sweep; the failures are listed with their log paths at the end and the exit
-code is 1. The progress line rewrites itself on a terminal and prints plain lines elsewhere.
+run, or one that cannot start (a missing program), does not stop the sweep; the failures are listed
+with their log paths at the end and the exit code is 1. The progress line rewrites itself on a
+terminal and prints plain lines elsewhere.
+
+Runs share the machine's cores: each run gets OMP_NUM_THREADS = cores / concurrent runs (at least 1),
+which the scripts' `--torch-threads 0` (auto) follows. Torch's default of one thread per core in
+every run makes concurrent runs spin against each other, many times slower than one thread each.
+An OMP_NUM_THREADS you set yourself is kept.
 """
 
 import os
@@ -14,6 +20,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+
+from cleanrl_utils.run import check_writable_dir
 
 
 @dataclass
@@ -27,7 +35,7 @@ class BenchmarkArgs:
     workers: int = 1
     """how many runs at once (on a 2-core machine, 1 for the CPU-heavy scripts)"""
     log_dir: str = "runs/logs"
-    """where each run's stdout/stderr goes"""
+    """where each run's stdout/stderr goes (the runs' own --log-dir goes in --command)"""
 
 
 @dataclass
@@ -49,8 +57,19 @@ def run_label(argv: list[str]) -> str:
     return os.path.splitext(os.path.basename(scripts[0] if scripts else argv[0]))[0]
 
 
+def command_argv(command: str) -> list[str]:
+    """`command` split as a shell would (no shell runs it); one line and exit if it is empty or unparsable."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as error:
+        sys.exit(f"error: --command {command!r} cannot be parsed ({error})")
+    if not argv:
+        sys.exit('error: --command is empty; give the program to run, e.g. --command "python cleanrl/ppo.py"')
+    return argv
+
+
 def plan_runs(command: str, env_ids: list[str], seeds: list[int], log_dir: str) -> list[Run]:
-    argv = shlex.split(command)
+    argv = command_argv(command)
     label = run_label(argv)
     return [
         Run(
@@ -96,19 +115,44 @@ class Progress:
             self.stream.flush()
 
 
-def run_all(runs: list[Run], workers: int, poll_seconds: float = 0.2, stream=sys.stdout) -> list[Run]:
-    """Run everything with at most `workers` at once; return the failed runs."""
+def threads_per_run(workers: int, num_runs: int, environ=os.environ) -> tuple[str, str]:
+    """(OMP_NUM_THREADS for each run, why): the user's own if set, else the cores this process may
+    use split between the runs that run at once (at least 1 each)."""
+    if "OMP_NUM_THREADS" in environ:
+        return environ["OMP_NUM_THREADS"], "as set in your environment"
+    cores, concurrent = len(os.sched_getaffinity(0)), max(1, min(workers, num_runs))
+    return str(max(1, cores // concurrent)), f"{cores} cores / {concurrent} concurrent run{'s' if concurrent > 1 else ''}"
+
+
+def start(run: Run, env: dict | None) -> bool:
+    """Start `run` with its output in its log file. A program that cannot start (missing, not
+    executable) is a failed run (exit 127, as a shell gives), its reason in the log: the sweep goes on."""
+    os.makedirs(os.path.dirname(run.log_path) or ".", exist_ok=True)
+    run.started = time.time()
+    with open(run.log_path, "w") as log:
+        try:
+            run.process = subprocess.Popen(run.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        except OSError as error:
+            log.write(f"cannot start {run.argv[0]!r}: {type(error).__name__}: {error.strerror}\n")
+            run.returncode = 127
+            return False
+    return True
+
+
+def run_all(runs: list[Run], workers: int, poll_seconds: float = 0.2, stream=sys.stdout, env: dict | None = None) -> list[Run]:
+    """Run everything with at most `workers` at once, with environment `env` (None: this process's);
+    return the failed runs."""
     pending, running, done = list(runs), [], []
     progress = Progress(stream)
-    start = time.time()
+    start_time = time.time()
     while pending or running:
         while pending and len(running) < workers:
             run = pending.pop(0)
-            os.makedirs(os.path.dirname(run.log_path) or ".", exist_ok=True)
-            with open(run.log_path, "w") as log:
-                run.process = subprocess.Popen(run.argv, stdout=log, stderr=subprocess.STDOUT)
-            run.started = time.time()
-            running.append(run)
+            if start(run, env):
+                running.append(run)
+            else:
+                done.append(run)
+                progress.event(f"FAILED {run.env_id} seed {run.seed} (could not start {run.argv[0]!r}), log: {run.log_path}")
         for run in list(running):
             if run.process.poll() is not None:
                 run.returncode = run.process.returncode
@@ -119,7 +163,7 @@ def run_all(runs: list[Run], workers: int, poll_seconds: float = 0.2, stream=sys
         failed = sum(r.returncode != 0 for r in done)
         now_running = ", ".join(f"{r.env_id}/{r.seed}" for r in running)
         progress.update(
-            f"[{len(done)}/{len(runs)} done, {failed} failed, {time.time() - start:.0f}s] running: {now_running or '-'}",
+            f"[{len(done)}/{len(runs)} done, {failed} failed, {time.time() - start_time:.0f}s] running: {now_running or '-'}",
             state=(len(done), failed, now_running),
         )
         if pending or running:
@@ -137,11 +181,15 @@ def main() -> None:
     if not args.env_ids or not args.seeds:
         sys.exit("error: need at least one --env-ids and one --seeds value")
     runs = plan_runs(args.command, args.env_ids, args.seeds, args.log_dir)
-    failed = run_all(runs, args.workers)
+    check_writable_dir(args.log_dir, "--log-dir")
+    threads, why = threads_per_run(args.workers, len(runs))
+    print(f"each run gets OMP_NUM_THREADS={threads} ({why})", flush=True)
+    failed = run_all(runs, args.workers, env={**os.environ, "OMP_NUM_THREADS": threads})
     if failed:
         print(f"{len(failed)} of {len(runs)} runs failed:")
         for run in failed:
-            print(f"  {run.env_id} seed {run.seed}: exit {run.returncode}, log {run.log_path}")
+            how = "could not start" if run.process is None else f"exit {run.returncode}"
+            print(f"  {run.env_id} seed {run.seed}: {how}, log {run.log_path}")
         sys.exit(1)
     print(f"all {len(runs)} runs finished; logs in {args.log_dir}")
 

@@ -7,9 +7,12 @@ write, read and check the file. Torch scripts write `torch.save` files that load
 """
 
 import dataclasses
+import numbers
 import os
 import random
 import sys
+import types
+import typing
 from typing import Callable
 
 import numpy as np
@@ -22,11 +25,15 @@ COMMON_KEYS = {"script": str, "run_name": str, "args": dict, "iteration": int, "
 # gives new ones. The stride is a prime larger than any env count, so the seed ranges the envs of
 # two resumes use (EnvPool gives env i the seed seed + i) never overlap.
 RESEED_STRIDE = 7919
+# EnvPool takes int32 seeds only (it asserts seed < 2**31 - 1): a resumed seed wraps around below that.
+ENV_SEED_LIMIT = 2**31 - 1
 
 
 def resumed_env_seed(seed: int, iteration: int) -> int:
-    """The env seed of a run resumed after `iteration` (0: a fresh run)."""
-    return seed + RESEED_STRIDE * iteration
+    """The env seed of a run resumed after `iteration` (0: a fresh run, whose seed is kept as given)."""
+    if iteration == 0:
+        return seed
+    return (seed + RESEED_STRIDE * iteration) % ENV_SEED_LIMIT
 
 
 def write_atomically(path: str, write: Callable) -> None:
@@ -178,6 +185,10 @@ def resume_args(args_class, checkpoint: dict, path: str, may_change: tuple[str, 
     unknown = sorted(set(saved) - fields)
     if unknown:
         sys.exit(f"error: --resume {path!r} holds arguments this script does not know: {', '.join(unknown)}")
+    wrong = [name for name, value in saved.items() if not _fits(value, name, args_class)]
+    if wrong:
+        held = ", ".join(f"--{name.replace('_', '-')} {saved[name]!r} ({type(saved[name]).__name__})" for name in wrong)
+        sys.exit(f"error: --resume {path!r} holds arguments of the wrong type: {held} (a damaged or hand-edited checkpoint)")
     try:
         saved_args = args_class(**saved)
     except Exception as error:
@@ -191,6 +202,28 @@ def resume_args(args_class, checkpoint: dict, path: str, may_change: tuple[str, 
         allowed = ", ".join(f"--{name.replace('_', '-')}" for name in may_change if name in fields and name != "resume")
         sys.exit(f"error: {flags} cannot change on --resume; a resumed run may change only {allowed}")
     return args
+
+
+def _fits(value, name: str, args_class) -> bool:
+    """Whether a saved argument has a type its field allows. Only plain scalar fields (bool, int,
+    float, str, None and their unions) are checked; anything else passes."""
+    try:
+        annotation = typing.get_type_hints(args_class)[name]  # Annotated (tyro.conf.Suppress) stripped
+    except Exception:
+        return True
+    is_union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    options = typing.get_args(annotation) if is_union else (annotation,)
+    is_number = not isinstance(value, bool | np.bool_)
+    checks = {
+        bool: isinstance(value, bool | np.bool_),
+        int: is_number and isinstance(value, numbers.Integral),
+        float: is_number and isinstance(value, numbers.Real),
+        str: isinstance(value, str),
+        type(None): value is None,
+    }
+    if any(option not in checks for option in options):
+        return True
+    return any(checks[option] for option in options)
 
 
 # ---- RNG states ----

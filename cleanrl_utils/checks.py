@@ -5,7 +5,8 @@ import difflib
 import os
 import sys
 
-MAX_SEED = 2**32 - 1  # numpy's global seed is a uint32
+# EnvPool takes int32 seeds (numpy's global seed is a uint32): one range for every script, the smaller.
+MAX_SEED = 2**31 - 1
 
 
 def flag(name: str) -> str:
@@ -25,7 +26,7 @@ def check_run_args(args) -> None:
     """The flags every script has: seed, learning rate, discounting, checkpoint and video intervals,
     threads."""
     if not 0 <= args.seed <= MAX_SEED:
-        sys.exit(f"error: --seed must be in 0..{MAX_SEED} (numpy seeds are 32-bit), got {args.seed}")
+        sys.exit(f"error: --seed must be in 0..{MAX_SEED} (EnvPool seeds are 32-bit signed integers), got {args.seed}")
     check_positive(args, "total_timesteps", "learning_rate", "video_every")
     if not (0 < args.gamma <= 1 and 0 <= getattr(args, "gae_lambda", 0) <= 1):
         sys.exit(

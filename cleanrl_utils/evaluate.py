@@ -44,7 +44,8 @@ class EvalArgs:
 
 def load_flax_checkpoint(model_path: str) -> dict | None:
     """The JAX scripts save flax msgpack (same keys, flax params as "model_state_dict"); None if not one.
-    A JAX *training* checkpoint (`checkpoint.msgpack`) holds the params inside its "train_state"."""
+    A JAX *training* checkpoint (`checkpoint.msgpack`) holds the params inside its "train_state" and
+    the observation statistics inside its "normalizers": they are read from there."""
     from flax.serialization import msgpack_restore
 
     try:
@@ -54,9 +55,11 @@ def load_flax_checkpoint(model_path: str) -> dict | None:
         return None
     if not isinstance(checkpoint, dict) or "script" not in checkpoint:
         return None
-    train_state = checkpoint.get("train_state")
+    train_state, normalizers = checkpoint.get("train_state"), checkpoint.get("normalizers")
     if "model_state_dict" not in checkpoint and isinstance(train_state, dict) and "params" in train_state:
         checkpoint["model_state_dict"] = train_state["params"]
+    if "obs_rms" not in checkpoint and isinstance(normalizers, dict) and "obs_rms" in normalizers:
+        checkpoint["obs_rms"] = normalizers["obs_rms"]  # the continuous-action script's observation statistics
     if not isinstance(checkpoint.get("model_state_dict"), dict) or not isinstance(checkpoint.get("args"), dict):
         sys.exit(f"error: --model-path {model_path!r} is not a .cleanrl_model file or checkpoint (no weights or args)")
     return checkpoint

@@ -1,12 +1,24 @@
 """Learning curves and a summary table from a sweep's tensorboard runs.
 
-    python -m cleanrl_utils.plot --log-dir runs --output-dir plots
+    python -m cleanrl_utils.plot --log-dir runs/sweeps/ppo_atari_envpool-20250101-120000 --output-dir plots
 
-Runs are folders named `<env_id>__<exp_name>__<seed>__<time>` (what every script writes). They are
-grouped by script (exp_name) x env. For each env one PNG shows each script's mean episodic return
-over seeds with a 95% confidence band (Student t over seeds), against env steps and against wall
-time, up to where the shortest seed ends. `summary.md` lists per script x env: seeds, steps, final return (mean of each run's last 10%
-of episodes, then mean +- std over seeds), best return (max of the mean curve) and SPS.
+A run is a folder under --log-dir holding tensorboard events. Who it is (script, env id, seed) and
+how long it was meant to run come from the hyperparameters table every script writes into its
+events (the folder name `<env_id>__<exp_name>__<seed>__<time>` is the fallback for runs without
+one), so a namespaced env id such as `phys2d/CartPole-v1` (folder `phys2d-CartPole-v1__...`) is
+grouped under its real id.
+
+Seeds are the seeds in the runs' own hyperparameters, not folders: of two finished runs with the
+same script, env and seed (a sweep run twice) the newest is kept and the other is named as dropped.
+A run that did not finish (its last step short of its num_iterations x batch_size: interrupted,
+diverged, or still running) is left out and named, unless --include-unfinished. What was dropped
+or left out is printed and written under the table in summary.md.
+
+Runs are grouped by script (exp_name) x env. For each env one PNG shows each script's mean episodic
+return over seeds with a 95% confidence band (Student t over seeds), against env steps and against
+wall time, up to where the shortest seed ends. `summary.md` lists per script x env: seeds, steps,
+final return (mean of each run's last 10% of episodes, then mean +- std over seeds), best return
+(max of the mean curve) and SPS.
 """
 
 import os
@@ -30,6 +42,8 @@ class PlotArgs:
     """episodes in the moving average of each run's curve"""
     grid_points: int = 200
     """points of the common x grid the seeds are averaged on"""
+    include_unfinished: bool = False
+    """also plot runs that did not reach their last iteration (flagged in the summary); by default they are left out"""
 
 
 @dataclass
@@ -41,42 +55,136 @@ class RunData:
     wall: np.ndarray  # seconds since the run's first event
     values: np.ndarray
     sps: float
+    name: str = ""  # the run folder's name
+    start_time: float = 0.0  # wall time of the run's first event
+    last_step: int = 0  # the last step any scalar was logged at
+    expected_steps: int | None = None  # where the run ends if it finishes (None: not known)
+
+    @property
+    def finished(self) -> bool:
+        """Reached its last iteration (a run without hyperparameters cannot be checked: counted as finished)."""
+        return self.expected_steps is None or self.last_step >= self.expected_steps
 
 
 def parse_run_name(name: str) -> tuple[str, str, int] | None:
+    """(env id as in the folder name, exp_name, seed) of `<env_id>__<exp_name>__<seed>__<time>[-N]`."""
     parts = name.split("__")
     if len(parts) < 4 or not parts[-2].lstrip("-").isdigit():
         return None
     return parts[0], "__".join(parts[1:-2]), int(parts[-2])
 
 
-def load_runs(log_dir: str, tag: str) -> list[RunData]:
+def read_hyperparameters(accumulator) -> dict[str, str]:
+    """The `|param|value|` table the scripts write as the "hyperparameters" text (the last one
+    written: a resumed run writes it again, with a --total-timesteps it may have extended)."""
+    from tensorboard.util import tensor_util
+
+    tags = [tag for tag in accumulator.Tags().get("tensors", []) if tag.startswith("hyperparameters")]
+    if not tags:
+        return {}
+    text = tensor_util.make_ndarray(accumulator.Tensors(tags[0])[-1].tensor_proto).flat[0]
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    table = {}
+    for line in text.splitlines()[2:]:  # past the header and the |-|-| row
+        cells = line.strip().strip("|").split("|", 1)
+        if len(cells) == 2:
+            table[cells[0]] = cells[1]
+    return table
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[RunData]:
+    """Every run folder directly under `log_dir` that logged `tag`. Folders that cannot be told
+    apart (no hyperparameters and no run-name folder name) are skipped with a note."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    notes = [] if notes is None else notes
     runs = []
     for name in sorted(os.listdir(log_dir)):
-        parsed = parse_run_name(name)
         path = os.path.join(log_dir, name)
-        if parsed is None or not os.path.isdir(path):
+        if not os.path.isdir(path) or not any(f.startswith("events.out.tfevents") for f in os.listdir(path)):
             continue
-        accumulator = EventAccumulator(path, size_guidance={"scalars": 0})
+        accumulator = EventAccumulator(path, size_guidance={"scalars": 0, "tensors": 0})
         accumulator.Reload()
         tags = accumulator.Tags()["scalars"]
         if tag not in tags:
             continue
+        hyperparameters = read_hyperparameters(accumulator)
+        parsed = parse_run_name(name)
+        seed = _int(hyperparameters.get("seed"))
+        if seed is not None and "env_id" in hyperparameters and "exp_name" in hyperparameters:
+            identity = (hyperparameters["env_id"], hyperparameters["exp_name"], seed)
+        elif parsed is not None:
+            identity = parsed
+        else:
+            notes.append(f"skipped {name}: no hyperparameters table and not named <env>__<script>__<seed>__<time>")
+            continue
+        num_iterations, batch_size = _int(hyperparameters.get("num_iterations")), _int(hyperparameters.get("batch_size"))
+        if num_iterations and batch_size:
+            expected_steps = num_iterations * batch_size
+        else:
+            expected_steps = _int(hyperparameters.get("total_timesteps"))
         events = accumulator.Scalars(tag)
         first_wall = min(accumulator.Scalars(t)[0].wall_time for t in tags)
         sps = accumulator.Scalars("charts/SPS")[-1].value if "charts/SPS" in tags else float("nan")
         runs.append(
             RunData(
-                *parsed,
+                *identity,
                 steps=np.array([e.step for e in events], dtype=np.float64),
                 wall=np.array([e.wall_time - first_wall for e in events]),
                 values=np.array([e.value for e in events]),
                 sps=sps,
+                name=name,
+                start_time=first_wall,
+                last_step=max(accumulator.Scalars(t)[-1].step for t in tags),
+                expected_steps=expected_steps,
             )
         )
     return runs
+
+
+def select_runs(runs: list[RunData], include_unfinished: bool = False) -> tuple[list[RunData], list[str]]:
+    """The runs to plot, one per script x env x seed, and a line for each run left out.
+
+    Unfinished runs (interrupted, diverged, still running) are left out unless `include_unfinished`.
+    Of several runs with the same seed the newest finished one is kept (the newest of all when none
+    finished)."""
+    notes = []
+    candidates = []
+    for run in runs:
+        if run.finished or include_unfinished:
+            candidates.append(run)
+        else:
+            notes.append(
+                f"left out {run.name} ({run.exp_name}, {run.env_id}, seed {run.seed}): did not finish "
+                f"(last step {run.last_step:,} of {run.expected_steps:,})"
+            )
+    by_seed = defaultdict(list)
+    for run in candidates:
+        by_seed[(run.exp_name, run.env_id, run.seed)].append(run)
+    kept = []
+    for (exp_name, env_id, seed), group in sorted(by_seed.items()):
+        group.sort(key=lambda run: (run.finished, run.start_time, run.name))
+        kept.append(group[-1])
+        if len(group) > 1:
+            dropped = ", ".join(run.name for run in group[:-1])
+            notes.append(
+                f"{exp_name}, {env_id}, seed {seed}: {len(group)} runs; kept the newest finished one, "
+                f"{group[-1].name}; dropped {dropped}"
+            )
+    for run in kept:
+        if not run.finished:
+            notes.append(
+                f"included unfinished {run.name} ({run.exp_name}, {run.env_id}, seed {run.seed}): "
+                f"last step {run.last_step:,} of {run.expected_steps:,}"
+            )
+    return kept, notes
 
 
 def moving_average(values: np.ndarray, window: int) -> np.ndarray:
@@ -119,6 +227,7 @@ def summarise(runs: list[RunData], window: int) -> list[dict]:
                 "script": exp_name,
                 "env": env_id,
                 "seeds": len(group),
+                "unfinished": sum(not run.finished for run in group),
                 "steps": int(max(run.steps[-1] for run in group)),
                 "final_mean": float(np.mean(finals)),
                 "final_std": float(np.std(finals)),
@@ -129,13 +238,17 @@ def summarise(runs: list[RunData], window: int) -> list[dict]:
     return rows
 
 
-def summary_markdown(rows: list[dict]) -> str:
+def summary_markdown(rows: list[dict], notes: list[str] = ()) -> str:
+    """The table, then one line per run left out, dropped or included unfinished."""
     lines = ["| script | env | seeds | steps | final return | best return | SPS |", "|-|-|-|-|-|-|-|"]
     for r in rows:
+        seeds = f"{r['seeds']} ({r['unfinished']} unfinished)" if r.get("unfinished") else f"{r['seeds']}"
         lines.append(
-            f"| {r['script']} | {r['env']} | {r['seeds']} | {r['steps']:,} | {r['final_mean']:.2f} +- {r['final_std']:.2f} "
+            f"| {r['script']} | {r['env']} | {seeds} | {r['steps']:,} | {r['final_mean']:.2f} +- {r['final_std']:.2f} "
             f"| {r['best']:.2f} | {r['sps']:,.0f} |"
         )
+    if notes:
+        lines += ["", "Seeds are the runs' own `seed` hyperparameter, one run each:", ""] + [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"
 
 
@@ -180,18 +293,25 @@ def main() -> None:
         sys.exit(
             f"error: need --smoothing-window > 0 and --grid-points >= 2, got {args.smoothing_window} and {args.grid_points}"
         )
-    runs = load_runs(args.log_dir, args.tag)
+    notes: list[str] = []
+    runs = load_runs(args.log_dir, args.tag, notes)
     if not runs:
         sys.exit(
             f"error: no run under {args.log_dir!r} logged {args.tag!r} (runs are folders <env>__<script>__<seed>__<time>)"
         )
+    runs, selection_notes = select_runs(runs, args.include_unfinished)
+    notes += selection_notes
+    for note in notes:
+        print(note)
+    if not runs:
+        sys.exit(f"error: no run under {args.log_dir!r} finished (--include-unfinished plots unfinished ones too)")
     os.makedirs(args.output_dir, exist_ok=True)
     envs = sorted({run.env_id for run in runs})
     for env_id in envs:
-        path = os.path.join(args.output_dir, f"{env_id}.png")
+        path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file
         plot_env(env_id, [r for r in runs if r.env_id == env_id], path, args.smoothing_window, args.grid_points, args.tag)
         print(f"wrote {path}")
-    table = summary_markdown(summarise(runs, args.smoothing_window))
+    table = summary_markdown(summarise(runs, args.smoothing_window), notes)
     with open(os.path.join(args.output_dir, "summary.md"), "w") as f:
         f.write(table)
     print(table, end="")

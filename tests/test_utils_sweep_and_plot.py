@@ -1,18 +1,24 @@
-"""cleanrl_utils.benchmark (sweep runner) and cleanrl_utils.plot (curves + summary), on real
-processes and real tensorboard event files."""
+"""cleanrl_utils.benchmark (sweep runner), cleanrl_utils.plot (curves + summary) and the sweep
+scripts in benchmark/, on real processes and real tensorboard event files."""
 
+import glob
 import io
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers import REPO
 from torch.utils.tensorboard import SummaryWriter
 
-from cleanrl_utils.benchmark import Progress, plan_runs, run_all
-from cleanrl_utils.plot import load_runs, mean_and_band, moving_average, summarise
+from cleanrl_utils.benchmark import Progress, plan_runs, run_all, threads_per_run
+from cleanrl_utils.plot import load_runs, mean_and_band, moving_average, select_runs, summarise
+from cleanrl_utils.run import make_writer
 
 
 def test_runner_respects_worker_limit_and_continues_past_failures(tmp_path):
@@ -168,3 +174,278 @@ def test_plot_cli_errors(tmp_path):
         [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode != 0 and "no run under" in result.stderr
+
+
+# ---- benchmark: runs that cannot start, empty commands, threads per run (issue 16, defects 15 and 7) ----
+
+
+def benchmark_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.benchmark", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, **(env or {})} if env is not None else None,
+    )
+
+
+def test_a_missing_program_is_a_failed_run_and_the_sweep_goes_on(tmp_path):
+    runs = plan_runs("nonexistent_program_xyz --flag", ["A-v0", "B-v0"], [1, 2], str(tmp_path / "logs"))
+    out = io.StringIO()
+    failed = run_all(runs, workers=2, poll_seconds=0.01, stream=out)  # was: FileNotFoundError, sweep aborted
+    assert len(failed) == 4 and all(run.returncode == 127 for run in failed)
+    for run in runs:
+        assert "cannot start 'nonexistent_program_xyz': FileNotFoundError" in open(run.log_path).read()
+    assert "FAILED B-v0 seed 2 (could not start 'nonexistent_program_xyz')" in out.getvalue()
+    not_executable = tmp_path / "not_executable.sh"
+    not_executable.write_text("echo hi\n")
+    failed = run_all(plan_runs(str(not_executable), ["A-v0"], [1], str(tmp_path / "logs")), 1, 0.01, io.StringIO())
+    assert "PermissionError" in open(failed[0].log_path).read()
+
+    result = benchmark_cli(
+        *["--command", "nonexistent_program_xyz", "--env-ids", "A-v0", "--seeds", "1", "2", "--log-dir", str(tmp_path)]
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "2 of 2 runs failed" in result.stdout and "A-v0 seed 2: could not start, log " in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command,expected",
+    [
+        ("", 'error: --command is empty; give the program to run, e.g. --command "python cleanrl/ppo.py"'),
+        ("   ", 'error: --command is empty; give the program to run, e.g. --command "python cleanrl/ppo.py"'),
+        ("python -c 'x", 'error: --command "python -c \'x" cannot be parsed (No closing quotation)'),
+    ],
+)
+def test_an_empty_or_unparsable_command_gives_one_line(command, expected):
+    result = benchmark_cli("--command", command)
+    assert result.returncode == 1 and result.stderr.strip() == expected  # was: IndexError
+
+
+def test_an_unwritable_log_dir_gives_one_line(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    result = benchmark_cli("--command", "true", "--log-dir", str(tmp_path / "a_file" / "logs"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith("error: --log-dir") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_threads_per_run():
+    cores = len(os.sched_getaffinity(0))
+    assert threads_per_run(1, 6, {}) == (str(cores), f"{cores} cores / 1 concurrent run")
+    assert threads_per_run(2, 6, {})[0] == str(max(1, cores // 2))
+    assert threads_per_run(4, 2, {})[0] == str(max(1, cores // 2))  # 2 runs never run 4 at once
+    assert threads_per_run(cores * 3, cores * 3, {})[0] == "1"  # at least one
+    assert threads_per_run(2, 6, {"OMP_NUM_THREADS": "3"}) == ("3", "as set in your environment")
+
+
+PRINT_ENV = f'{sys.executable} -c \'import os; print("OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "unset"))\''
+
+
+def test_each_run_gets_its_share_of_the_cores(tmp_path):
+    cores = len(os.sched_getaffinity(0))
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    result = benchmark_cli(
+        *["--command", PRINT_ENV, "--env-ids", "A-v0", "--seeds", "1", "2", "--workers", "2", "--log-dir", str(tmp_path)],
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    share = max(1, cores // 2)
+    assert result.stdout.count("each run gets OMP_NUM_THREADS") == 1  # said once
+    assert f"each run gets OMP_NUM_THREADS={share} ({cores} cores / 2 concurrent runs)" in result.stdout
+    logs = sorted(glob.glob(str(tmp_path / "*.log")))
+    assert len(logs) == 2 and all(open(log).read().strip() == f"OMP_NUM_THREADS={share}" for log in logs)
+    # the user's own setting is kept
+    result = benchmark_cli(
+        *["--command", PRINT_ENV, "--env-ids", "A-v0", "--seeds", "1", "--workers", "2", "--log-dir", str(tmp_path)],
+        env={**env, "OMP_NUM_THREADS": "5"},
+    )
+    assert "each run gets OMP_NUM_THREADS=5 (as set in your environment)" in result.stdout
+    assert open(logs[0]).read().strip() == "OMP_NUM_THREADS=5"
+
+
+# ---- plot: seeds from the runs' own hyperparameters, finished runs only (issue 16, defects 6 and 16) ----
+
+
+def write_script_run(log_dir, env_id, seed, returns, last_step, total, wall_start, exp_name="ppo", batch_size=100):
+    """A run as a script writes it: run folder, hyperparameters table (make_writer), episodic
+    returns, and charts/SPS once per iteration up to `last_step` (short of `total`: interrupted)."""
+    from cleanrl_utils.run import run_folder
+
+    args = SimpleNamespace(
+        exp_name=exp_name, seed=seed, env_id=env_id, log_dir=str(log_dir), track=False, total_timesteps=total
+    )
+    args.batch_size, args.num_iterations = batch_size, total // batch_size
+    run_name, run_dir = run_folder(args)
+    writer = make_writer(args, run_name, run_dir)
+    steps = np.linspace(batch_size, last_step, len(returns)).astype(int)
+    for i, (value, step) in enumerate(zip(returns, steps)):
+        writer.add_scalar("charts/episodic_return", value, step, walltime=wall_start + i)
+    for step in range(batch_size, last_step + 1, batch_size):
+        writer.add_scalar("charts/SPS", 1000, step, walltime=wall_start + step / 1000)
+    writer.close()
+    return run_name
+
+
+def test_plot_counts_seeds_not_folders_and_leaves_out_unfinished_runs(tmp_path, capsys):
+    log_dir = tmp_path / "runs"
+    total = 10_000
+    older = {seed: write_script_run(log_dir, "CartPole-v1", seed, np.full(50, 100.0), total, total, 1000) for seed in (1, 2)}
+    newer = {
+        seed: write_script_run(log_dir, "CartPole-v1", seed, np.full(50, 400.0 + seed), total, total, 2000) for seed in (1, 2)
+    }
+    interrupted = write_script_run(log_dir, "CartPole-v1", 3, np.full(20, 50.0), 4000, total, 3000)
+    diverged = write_script_run(log_dir, "CartPole-v1", 4, np.full(3, 10.0), 300, total, 3000)
+    runs = load_runs(str(log_dir), "charts/episodic_return")
+    assert len(runs) == 6  # six folders ...
+    kept, notes = select_runs(runs)
+    assert sorted((run.seed, run.name) for run in kept) == [(1, newer[1]), (2, newer[2])]  # ... two seeds
+    assert f"left out {interrupted} (ppo, CartPole-v1, seed 3): did not finish (last step 4,000 of 10,000)" in notes
+    assert f"left out {diverged} (ppo, CartPole-v1, seed 4): did not finish (last step 300 of 10,000)" in notes
+    assert f"ppo, CartPole-v1, seed 1: 2 runs; kept the newest finished one, {newer[1]}; dropped {older[1]}" in notes
+    (row,) = summarise(kept, window=20)
+    assert row["seeds"] == 2 and row["steps"] == total and row["final_mean"] == pytest.approx(401.5)
+
+    out_dir = tmp_path / "plots"
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = (out_dir / "summary.md").read_text()
+    assert "| ppo | CartPole-v1 | 2 | 10,000 | 401.50 +- 0.50 |" in summary  # was: seeds 6, curves cut at 300
+    for note in notes:
+        assert f"- {note}" in summary and note in result.stdout
+    # --include-unfinished plots them too, flagged
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir)]
+        + ["--include-unfinished"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = (out_dir / "summary.md").read_text()
+    assert "| ppo | CartPole-v1 | 4 (2 unfinished) | 10,000 |" in summary
+    assert f"included unfinished {diverged} (ppo, CartPole-v1, seed 4): last step 300 of 10,000" in summary
+
+
+def test_a_resumed_run_that_extended_its_length_counts_as_finished(tmp_path):
+    args = SimpleNamespace(env_id="CartPole-v1", exp_name="ppo", seed=1, track=False, total_timesteps=1000)
+    args.batch_size, args.num_iterations = 100, 10
+    run_dir = str(tmp_path / "CartPole-v1__ppo__1__1700000000")
+    writer = make_writer(args, "run", run_dir)
+    for step in range(100, 600, 100):  # interrupted at 500 of 1,000
+        writer.add_scalar("charts/episodic_return", 1.0, step)
+    writer.close()
+    args.total_timesteps, args.num_iterations = 2000, 20  # --resume --total-timesteps 2000
+    writer = make_writer(args, "run", run_dir, resumed_step=500)
+    for step in range(600, 2100, 100):
+        writer.add_scalar("charts/episodic_return", 2.0, step)
+    writer.close()
+    (run,) = load_runs(str(tmp_path), "charts/episodic_return")
+    assert (run.expected_steps, run.last_step, run.finished) == (2000, 2000, True)
+
+
+def test_plot_groups_a_namespaced_env_id_by_its_real_id(tmp_path):
+    log_dir = tmp_path / "runs"
+    for seed in (1, 2):
+        write_script_run(log_dir, "phys2d/CartPole-v1", seed, np.full(30, 200.0), 1000, 1000, 1000)
+    write_script_run(log_dir, "CartPole-v1", 1, np.full(30, 500.0), 1000, 1000, 1000)
+    assert all("/" not in name for name in os.listdir(log_dir))  # one folder level each
+    out_dir = tmp_path / "plots"
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr  # was: "no run under ..."
+    summary = (out_dir / "summary.md").read_text()
+    assert "| ppo | phys2d/CartPole-v1 | 2 | 1,000 | 200.00 +- 0.00 |" in summary
+    assert "| ppo | CartPole-v1 | 1 | 1,000 | 500.00 +- 0.00 |" in summary
+    assert sorted(os.listdir(out_dir)) == ["CartPole-v1.png", "phys2d-CartPole-v1.png", "summary.md"]
+
+
+def test_plot_with_only_unfinished_runs_says_so_in_one_line(tmp_path):
+    log_dir = tmp_path / "runs"
+    name = write_script_run(log_dir, "CartPole-v1", 1, np.full(5, 1.0), 500, 10_000, 1000)
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(tmp_path / "plots")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        result.stderr.strip()
+        == f"error: no run under {str(log_dir)!r} finished (--include-unfinished plots unfinished ones too)"
+    )
+    assert f"left out {name}" in result.stdout
+
+
+# ---- the sweep scripts: each writes into, and plots, a folder of its own ----
+
+SWEEP_SCRIPTS = ["ppo.sh", "ppo_atari_envpool.sh", "ppo_continuous_action.sh", "ppo_continuous_action_envpool.sh"]
+
+
+def fake_python(tmp_path) -> tuple[str, str]:
+    """A PYTHON that records each call's arguments (one JSON list a line) and does nothing else."""
+    record = tmp_path / "calls.jsonl"
+    recorder = tmp_path / "recorder.py"
+    recorder.write_text(f"import json, sys\nopen({str(record)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    fake = tmp_path / "fake_python"
+    fake.write_text(f'#!/usr/bin/env bash\nexec {shlex.quote(sys.executable)} {shlex.quote(str(recorder))} "$@"\n')
+    fake.chmod(0o755)
+    return str(fake), str(record)
+
+
+def value_after(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == flag]
+
+
+@pytest.mark.parametrize("script", SWEEP_SCRIPTS)
+def test_each_sweep_writes_and_plots_its_own_folder(tmp_path, script):
+    python, record = fake_python(tmp_path)
+    sweep = str(tmp_path / "my sweep")  # a space: the folder must survive the --command string
+    env = {**os.environ, "PYTHON": python, "SWEEP": sweep, "SAMPLE_EFFICIENT": "1"}
+    result = subprocess.run(["bash", os.path.join(REPO, "benchmark", script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"sweep folder: {sweep}" in result.stdout
+    calls = [json.loads(line) for line in open(record)]
+    sweeps = [call for call in calls if call[:2] == ["-m", "cleanrl_utils.benchmark"]]
+    plots = [call for call in calls if call[:2] == ["-m", "cleanrl_utils.plot"]]
+    assert sweeps and len(plots) == 1
+    for call in sweeps:
+        (command,) = value_after(call, "--command")
+        assert value_after(shlex.split(command), "--log-dir") == [sweep]  # every run goes into the sweep's folder
+        assert value_after(call, "--log-dir") == [os.path.join(sweep, "logs")]  # and so do the logs
+    assert value_after(plots[0], "--log-dir") == [sweep]  # only that folder is plotted
+    assert value_after(plots[0], "--output-dir") == [os.path.join(sweep, "plots")]
+
+
+@pytest.mark.parametrize("script", SWEEP_SCRIPTS)
+def test_a_sweeps_default_folder_is_new_and_named_after_it(tmp_path, script):
+    python, record = fake_python(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "SWEEP"} | {"PYTHON": python}
+    result = subprocess.run(["bash", os.path.join(REPO, "benchmark", script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    name = script[: -len(".sh")]
+    (plot,) = [call for call in map(json.loads, open(record)) if call[:2] == ["-m", "cleanrl_utils.plot"]]
+    assert re.fullmatch(rf"runs/sweeps/{name}-\d{{8}}-\d{{6}}", value_after(plot, "--log-dir")[0])
+
+
+def test_a_real_sweep_keeps_to_its_folder(tmp_path):
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "PYTHON": sys.executable, "SWEEP": str(sweep), "ENVS": "CartPole-v1", "SEEDS": "1 2"}
+    env |= {"TOTAL": "1024", "WORKERS": "2"}
+    result = subprocess.run(
+        ["bash", os.path.join(REPO, "benchmark", "ppo.sh")], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dirs = sorted(d for d in os.listdir(sweep) if d.startswith("CartPole-v1__ppo__"))
+    assert len(run_dirs) == 2
+    assert sorted(os.listdir(sweep / "logs")) == ["ppo__CartPole-v1__1.log", "ppo__CartPole-v1__2.log"]
+    assert "| ppo | CartPole-v1 | 2 | 1,024 |" in (sweep / "plots" / "summary.md").read_text()

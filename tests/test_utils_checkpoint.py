@@ -1,0 +1,519 @@
+"""cleanrl_utils.checkpoint: files written whole under SIGKILL, bit-exact torch and msgpack round
+trips, RNG states, one-line errors for every damaged checkpoint, the arguments of a resumed run."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+from helpers import REPO
+
+from cleanrl_utils.checkpoint import (
+    COMMON_KEYS,
+    RESEED_STRIDE,
+    check_checkpoint,
+    load_msgpack,
+    load_torch,
+    msgpack_rng_states,
+    restore_torch,
+    restored_or_exit,
+    resumed_env_seed,
+    save_msgpack,
+    save_torch,
+    set_msgpack_rng_states,
+    set_torch_rng_states,
+    torch_rng_states,
+    write_atomically,
+)
+
+TORCH_KEYS = {"model_state_dict": dict, "optimizer_state_dict": dict}
+
+
+def one_line_exit(call, *fragments: str) -> str:
+    """`call()` exits with one line `error: ...` holding every fragment; returns the line."""
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    message = exit_info.value.code
+    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    return message
+
+
+# ---- written whole or not at all ----
+
+WRITER = """
+    import sys
+    import time
+    from cleanrl_utils.checkpoint import write_atomically
+
+    path, size = sys.argv[1], int(sys.argv[2])
+    version = 0
+    while True:
+        version += 1
+        block = bytes([version % 256]) * (size // 64)
+
+        def write(f):
+            f.write(version.to_bytes(8, "little"))
+            for _ in range(64):  # many small, slow writes (a large state on a slow disk): kills land mid-file
+                f.write(block)
+                f.flush()
+                time.sleep(0.002)
+
+        write_atomically(path, write)
+        print(version, flush=True)
+"""
+
+
+def read_version(path: str, size: int) -> int:
+    """The version a whole file holds; fails on a torn one."""
+    data = open(path, "rb").read()
+    assert len(data) == 8 + size // 64 * 64, f"torn: {len(data)} bytes"
+    version = int.from_bytes(data[:8], "little")
+    assert data[8:] == bytes([version % 256]) * (size // 64 * 64), "torn: mixed contents"
+    return version
+
+
+def test_write_atomically_never_leaves_a_torn_file_under_sigkill(tmp_path):
+    path, size = str(tmp_path / "checkpoint.pt"), 4 << 20
+    rng = random.Random(0)
+    killed_before_rename = killed_mid_write = 0
+    for kill in range(10):
+        process = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(WRITER), path, str(size)], stdout=subprocess.PIPE, text=True, cwd=REPO
+        )
+        first = int(process.stdout.readline())  # one whole file is out
+        time.sleep(rng.uniform(0.0, 0.25))
+        process.send_signal(signal.SIGKILL)
+        rest = process.communicate(timeout=30)[0].split()
+        assert process.returncode == -signal.SIGKILL
+        last_printed = int(rest[-1]) if rest else first
+        # the file holds the last version announced or the one whose rename beat the print: never torn
+        assert read_version(path, size) in (last_printed, last_printed + 1)
+        tmp = path + ".tmp"
+        if os.path.exists(tmp):
+            killed_before_rename += 1
+            killed_mid_write += os.path.getsize(tmp) < os.path.getsize(path)
+    # the test is only worth something if kills landed inside a write (with the 2 ms sleeps, most do)
+    assert killed_mid_write >= 2 and killed_before_rename >= 3, (killed_mid_write, killed_before_rename)
+
+
+def test_a_failing_write_keeps_the_previous_file(tmp_path):
+    path = str(tmp_path / "state.bin")
+    write_atomically(path, lambda f: f.write(b"old"))
+
+    def fail_halfway(f):
+        f.write(b"ne")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomically(path, fail_halfway)
+    assert open(path, "rb").read() == b"old"
+    write_atomically(path, lambda f: f.write(b"new"))  # a stale .tmp does not get in the way
+    assert open(path, "rb").read() == b"new"
+
+
+# ---- round trips ----
+
+
+def torch_state(iteration: int = 3) -> tuple[dict, torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 5)).sum().backward()
+    optimizer.step()
+    state = {
+        "script": "some_script",
+        "run_name": "CartPole-v1__some_script__1__1700000000",
+        "args": {"seed": 1, "learning_rate": 1e-3, "wandb_entity": None},
+        "iteration": iteration,
+        "global_step": 512 * iteration,
+        "rng": torch_rng_states(),
+        "model_state_dict": model.state_dict(),
+        "optimizer_state_dict": optimizer.state_dict(),
+        "extras": {"bf16": torch.randn(3).bfloat16(), "int64": torch.arange(5), "bool": torch.tensor([True, False])},
+    }
+    return state, model, optimizer
+
+
+def assert_same(a, b):
+    """Equal structure, values bit for bit, and dtypes."""
+    if isinstance(a, dict):
+        assert set(a) == set(b)
+        for key in a:
+            assert_same(a[key], b[key])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    elif isinstance(a, np.ndarray | np.generic):
+        b = np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    else:
+        assert a == b and type(a) is type(b), (a, b)
+
+
+def test_torch_round_trip_is_bit_exact(tmp_path):
+    path = str(tmp_path / "checkpoint.pt")
+    state, _, _ = torch_state()
+    save_torch(path, state)
+    assert not os.path.exists(path + ".tmp")
+    loaded = load_torch(path, "some_script", TORCH_KEYS)
+    assert_same(state, loaded)
+
+
+def test_msgpack_round_trip_is_bit_exact(tmp_path):
+    path = str(tmp_path / "checkpoint.msgpack")
+    rng = np.random.default_rng(0)
+    params = {"Dense_0": {"kernel": rng.standard_normal((5, 7)).astype(np.float32), "bias": np.zeros(7, np.float32)}}
+    state = {
+        "script": "some_jax_script",
+        "run_name": "Hopper-v4__some_jax_script__1__1700000000",
+        "args": {"seed": 1, "learning_rate": 0.00295, "target_kl": None, "env_id": "Hopper-v4"},
+        "iteration": 4,
+        "global_step": 2048,
+        "rng": msgpack_rng_states(),
+        "train_state": {"params": params, "opt_state": {"count": np.int32(4), "mu": params}, "step": np.int32(4)},
+        "key": np.array([0, 42], dtype=np.uint32),
+        "extras": {"float64": rng.standard_normal(3), "int64": np.arange(3), "bool": np.array([True, False])},
+    }
+    save_msgpack(path, state)
+    loaded = load_msgpack(path, "some_jax_script", {"train_state": dict, "key": np.ndarray})
+    assert_same(state, loaded)
+    assert type(loaded["iteration"]) is int and type(loaded["global_step"]) is int
+
+
+def draws() -> list:
+    return [
+        random.random(),
+        random.gauss(0, 1),
+        np.random.standard_normal(3).tolist(),
+        int(np.random.randint(1 << 30)),
+        torch.rand(3).tolist(),
+        torch.randint(0, 1 << 30, (2,)).tolist(),
+    ]
+
+
+def prime_rngs():
+    """Seed, then leave cached Gaussians behind (Python's gauss_next, numpy's has_gauss): the states
+    a round trip is most likely to lose."""
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    random.gauss(0, 1)
+    np.random.standard_normal()
+    assert random.getstate()[2] is not None and np.random.get_state()[3] == 1
+
+
+def scramble_rngs():
+    random.seed(99)
+    np.random.seed(99)
+    torch.manual_seed(99)
+
+
+def test_torch_rng_states_round_trip_through_a_weights_only_file(tmp_path):
+    prime_rngs()
+    path = str(tmp_path / "rng.pt")
+    save_torch(path, {"rng": torch_rng_states()})
+    expected = draws()
+    scramble_rngs()
+    set_torch_rng_states(torch.load(path, weights_only=True)["rng"])  # the format the scripts load
+    assert draws() == expected
+
+
+def test_msgpack_rng_states_round_trip_through_a_file(tmp_path):
+    import flax.serialization
+
+    prime_rngs()
+    path = str(tmp_path / "rng.msgpack")
+    save_msgpack(path, {"rng": msgpack_rng_states()})
+    expected = draws()[:4]  # Python's and numpy's (a JAX key is saved by the script)
+    scramble_rngs()
+    with open(path, "rb") as f:
+        set_msgpack_rng_states(flax.serialization.msgpack_restore(f.read())["rng"])
+    assert draws()[:4] == expected
+
+
+# ---- one-line errors ----
+
+
+def valid_checkpoint() -> dict:
+    return {
+        "script": "s",
+        "run_name": "r",
+        "args": {"seed": 1},
+        "iteration": 2,
+        "global_step": 256,
+        "rng": {"python": 0},
+        "model_state_dict": {},
+        "optimizer_state_dict": {},
+    }
+
+
+def test_check_checkpoint_accepts_a_valid_one_and_numpy_scalar_counters():
+    checkpoint = valid_checkpoint()
+    assert check_checkpoint(checkpoint, "c.pt", "s", TORCH_KEYS) is checkpoint
+    checkpoint["iteration"], checkpoint["global_step"] = np.int64(2), np.array(256)  # as msgpack gives them back
+    check_checkpoint(checkpoint, "c.pt", "s", TORCH_KEYS)
+
+
+@pytest.mark.parametrize("missing", [*COMMON_KEYS, *TORCH_KEYS])
+def test_each_missing_key_gives_one_line_naming_it(missing):
+    checkpoint = valid_checkpoint()
+    del checkpoint[missing]
+    if missing == "script":
+        one_line_exit(lambda: check_checkpoint(checkpoint, "c.pt", "s", TORCH_KEYS), "'c.pt'", "is a checkpoint of None")
+    else:
+        one_line_exit(lambda: check_checkpoint(checkpoint, "c.pt", "s", TORCH_KEYS), f"has no {missing!r} entry")
+
+
+@pytest.mark.parametrize(
+    "key,value,fragment",
+    [
+        ("iteration", "3", "has a str as 'iteration', not a int"),
+        ("iteration", True, "has a bool as 'iteration', not a int"),
+        ("iteration", 2.0, "has a float as 'iteration', not a int"),
+        ("global_step", None, "has a NoneType as 'global_step'"),
+        ("args", ["seed", 1], "has a list as 'args', not a dict"),
+        ("run_name", 7, "has a int as 'run_name', not a str"),
+        ("rng", None, "has a NoneType as 'rng', not a dict"),
+        ("model_state_dict", [], "has a list as 'model_state_dict', not a dict"),
+        ("iteration", -1, "negative iteration"),
+    ],
+)
+def test_each_wrong_type_gives_one_line_naming_the_key(key, value, fragment):
+    checkpoint = valid_checkpoint() | {key: value}
+    one_line_exit(lambda: check_checkpoint(checkpoint, "c.pt", "s", TORCH_KEYS), "--resume 'c.pt'", fragment)
+
+
+def test_check_checkpoint_names_another_script_and_a_non_dict():
+    one_line_exit(
+        lambda: check_checkpoint(valid_checkpoint(), "c.pt", "ppo", TORCH_KEYS), "is a checkpoint of 's', not of 'ppo'"
+    )
+    one_line_exit(lambda: check_checkpoint([1, 2], "c.pt", "s", TORCH_KEYS), "not a dict of training state")
+    one_line_exit(lambda: check_checkpoint([], "m.pt", "s", {}, flag="--model-path"), "--model-path 'm.pt'")
+
+
+def test_load_torch_one_line_errors(tmp_path):
+    load = lambda path: load_torch(str(path), "s", TORCH_KEYS)  # noqa: E731
+    one_line_exit(lambda: load(tmp_path / "missing.pt"), "does not exist")
+    one_line_exit(lambda: load(tmp_path), "does not exist")  # a folder is no checkpoint file
+    (tmp_path / "junk.pt").write_bytes(os.urandom(1000))
+    one_line_exit(lambda: load(tmp_path / "junk.pt"), "is not a readable checkpoint")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    one_line_exit(lambda: load(tmp_path / "empty.pt"), "is not a readable checkpoint")
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    one_line_exit(lambda: load(tmp_path / "list.pt"), "not a dict of training state")
+    model_only = valid_checkpoint()
+    del model_only["optimizer_state_dict"]  # a .cleanrl_model file, not a checkpoint
+    torch.save(model_only, tmp_path / "model.pt")
+    one_line_exit(lambda: load(tmp_path / "model.pt"), "no optimiser state")
+    torch.save(valid_checkpoint() | {"script": "ppo"}, tmp_path / "other.pt")
+    one_line_exit(lambda: load(tmp_path / "other.pt"), "is a checkpoint of 'ppo', not of 's'")
+    torch.save(valid_checkpoint() | {"iteration": "2"}, tmp_path / "typed.pt")
+    one_line_exit(lambda: load(tmp_path / "typed.pt"), "has a str as 'iteration'")
+    torch.save(valid_checkpoint(), tmp_path / "ok.pt")
+    assert load(tmp_path / "ok.pt")["iteration"] == 2
+
+
+def test_load_torch_refuses_pickled_code(tmp_path):
+    torch.save(valid_checkpoint() | {"payload": torch.nn.Linear(1, 1)}, tmp_path / "pickled.pt")  # a module: pickle code
+    one_line_exit(lambda: load_torch(str(tmp_path / "pickled.pt"), "s", TORCH_KEYS), "is not a readable checkpoint")
+
+
+def test_load_msgpack_one_line_errors(tmp_path):
+    import flax.serialization
+    import msgpack
+
+    load = lambda path: load_msgpack(str(path), "s", {"train_state": dict})  # noqa: E731
+    one_line_exit(lambda: load(tmp_path / "missing.msgpack"), "does not exist")
+    (tmp_path / "junk.msgpack").write_bytes(b"\xc1" + os.urandom(100))
+    one_line_exit(lambda: load(tmp_path / "junk.msgpack"), "is not a readable checkpoint")
+    (tmp_path / "list.msgpack").write_bytes(msgpack.packb([1, 2]))
+    one_line_exit(lambda: load(tmp_path / "list.msgpack"), "no optimiser state")
+    valid = valid_checkpoint() | {"train_state": {"params": {}, "opt_state": {"count": np.int32(1)}}}
+    valid["rng"] = {"python": {"version": 3}}
+    no_optimiser = valid | {"train_state": {"params": {}}}
+    (tmp_path / "model.msgpack").write_bytes(flax.serialization.msgpack_serialize(no_optimiser))
+    one_line_exit(lambda: load(tmp_path / "model.msgpack"), "no optimiser state")
+    for key in ("iteration", "args", "run_name", "global_step", "rng"):
+        damaged = {k: v for k, v in valid.items() if k != key}
+        (tmp_path / "damaged.msgpack").write_bytes(flax.serialization.msgpack_serialize(damaged))
+        one_line_exit(lambda: load(tmp_path / "damaged.msgpack"), f"has no {key!r} entry")
+    (tmp_path / "ok.msgpack").write_bytes(flax.serialization.msgpack_serialize(valid))
+    assert load(tmp_path / "ok.msgpack")["global_step"] == 256
+
+
+def test_restore_errors_are_one_line_and_say_what_does_not_fit(tmp_path, capsys):
+    state, model, optimizer = torch_state(iteration=3)
+    wrong = torch.nn.Linear(5, 3)
+    one_line_exit(
+        lambda: restored_or_exit("c.pt", "weights", lambda: wrong.load_state_dict(state["model_state_dict"])),
+        "--resume 'c.pt' holds weights that does not fit this script's (RuntimeError:",
+    )
+    # a fitting checkpoint: weights and counters restored, where it resumes printed
+    fresh = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
+    fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=1e-3)
+    run_dir = tmp_path / state["run_name"]
+    assert restore_torch(str(run_dir / "checkpoint.pt"), state, fresh, fresh_optimizer, 10) == (4, 1536)
+    assert_same(model.state_dict(), fresh.state_dict())
+    assert f"resumed {state['run_name']} at iteration 3 (global step 1,536)" in capsys.readouterr().out
+    restore_torch(str(run_dir / "checkpoint.pt"), state, fresh, fresh_optimizer, 3)
+    assert "already ran its 3 iterations; a larger --total-timesteps extends it" in capsys.readouterr().out
+
+
+# ---- the arguments of a resumed run (a real command line, in a subprocess) ----
+
+RESUME_SCRIPT = """
+import json
+import sys
+from dataclasses import dataclass
+
+import tyro
+
+from cleanrl_utils.checkpoint import resume_args
+
+
+@dataclass
+class Args:
+    seed: int = 1
+    total_timesteps: int = 1000
+    learning_rate: float = 1e-3
+    num_envs: int = 4
+    save_model: bool = False
+    resume: str | None = None
+    target_kl: float | None = None
+    added_after_the_checkpoint: int = 5
+    batch_size: tyro.conf.Suppress[int] = 0
+
+
+with open("saved.json") as f:
+    saved = json.load(f)
+print(json.dumps(vars(resume_args(Args, {"args": saved}, "ckpt.pt"))))
+"""
+
+SAVED = {
+    "seed": 3,
+    "total_timesteps": 2000,
+    "learning_rate": 0.002,
+    "num_envs": 8,
+    "save_model": False,
+    "resume": None,
+    "target_kl": None,
+    "batch_size": 32,
+}
+
+
+def resume_with(tmp_path, saved: dict, *argv: str) -> subprocess.CompletedProcess:
+    (tmp_path / "resume_script.py").write_text(RESUME_SCRIPT)
+    (tmp_path / "saved.json").write_text(json.dumps(saved))
+    return subprocess.run(
+        [sys.executable, "resume_script.py", "--resume", "ckpt.pt", *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": REPO},
+        timeout=60,
+    )
+
+
+def resumed(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_resume_keeps_the_saved_arguments(tmp_path):
+    args = resumed(resume_with(tmp_path, SAVED))
+    assert args == SAVED | {"resume": "ckpt.pt", "added_after_the_checkpoint": 5}  # num_envs 8, not the default 4
+    # passing a protected flag with its saved value changes nothing, so it is fine
+    assert resumed(resume_with(tmp_path, SAVED, "--num-envs", "8", "--seed", "3"))["num_envs"] == 8
+
+
+def test_resume_applies_the_flags_that_may_change(tmp_path):
+    args = resumed(resume_with(tmp_path, SAVED, "--total-timesteps", "5000", "--learning-rate", "0.01", "--save-model"))
+    assert (args["total_timesteps"], args["learning_rate"], args["save_model"]) == (5000, 0.01, True)
+    assert args["num_envs"] == 8 and args["seed"] == 3
+
+
+def test_resume_refuses_a_changed_protected_flag_with_one_line_naming_it(tmp_path):
+    line = one_error_line(resume_with(tmp_path, SAVED, "--num-envs", "16", "--learning-rate", "0.01"))
+    assert "--num-envs 16 (saved: 8) cannot change on --resume" in line
+    assert "--learning-rate" not in line.split("cannot change")[0]  # the allowed one is not blamed
+    assert "may change only --total-timesteps, --learning-rate, --save-model" in line
+    line = one_error_line(resume_with(tmp_path, SAVED, "--seed", "4", "--target-kl", "0.02"))
+    assert "--seed 4 (saved: 3)" in line and "--target-kl 0.02 (saved: None)" in line
+
+
+def test_resume_refuses_unknown_and_wrongly_typed_saved_arguments(tmp_path):
+    line = one_error_line(resume_with(tmp_path, SAVED | {"from_another_script": 1, "num_envz": 2}))
+    assert "holds arguments this script does not know: from_another_script, num_envz" in line
+    line = one_error_line(resume_with(tmp_path, SAVED | {"seed": "x", "num_envs": True}))
+    assert "holds arguments of the wrong type: --seed 'x' (str), --num-envs True (bool)" in line
+    resumed(resume_with(tmp_path, SAVED | {"learning_rate": 1, "target_kl": 0.02}))  # an int where a float goes is fine
+
+
+# ---- JAX state and env seeds ----
+
+
+def test_restore_like_keeps_weak_types_so_a_jitted_step_does_not_compile_again():
+    import flax.serialization
+    import jax
+    import jax.numpy as jnp
+
+    from cleanrl_utils.checkpoint import restore_like
+
+    template = jax.jit(lambda: {"step": 0, "w": jnp.zeros(3, jnp.float32), "key": jax.random.PRNGKey(0)})()
+    assert template["step"].weak_type
+    trained = {"step": jnp.asarray(7), "w": jnp.arange(3, dtype=jnp.float32), "key": jax.random.PRNGKey(5)}
+    state = flax.serialization.msgpack_restore(flax.serialization.msgpack_serialize(trained))
+    restored = restore_like(template, state)
+    assert restored["step"].weak_type and int(restored["step"]) == 7
+    np.testing.assert_array_equal(restored["w"], trained["w"])
+    np.testing.assert_array_equal(restored["key"], trained["key"])
+    step = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s))
+    step(template)
+    compiled = step._cache_size()
+    step(restored)
+    assert step._cache_size() == compiled  # the same input types as a fresh run
+    step({**restored, "step": jnp.asarray(np.int32(7))})  # a strong type: what restore_like avoids
+    assert step._cache_size() == compiled + 1
+    with pytest.raises(ValueError, match=r"saved float32\[4\] where this run has float32\[3\]"):
+        restore_like(template, {**state, "w": np.zeros(4, np.float32)})
+    with pytest.raises(ValueError, match=r"saved float64\[3\]"):
+        restore_like(template, {**state, "w": np.zeros(3, np.float64)})
+
+
+def test_resumed_env_seed_gives_new_non_overlapping_seed_ranges():
+    assert resumed_env_seed(5, 0) == 5  # a fresh run
+    assert all(RESEED_STRIDE % d for d in range(2, int(RESEED_STRIDE**0.5) + 1))  # prime
+    num_envs = 64
+    ranges = [set(range(resumed_env_seed(1, i), resumed_env_seed(1, i) + num_envs)) for i in range(50)]
+    assert all(not (a & b) for i, a in enumerate(ranges) for b in ranges[i + 1 :])
+
+
+def test_a_resumed_seed_stays_in_envpools_int32_range():
+    # a large --seed resumed late used to give EnvPool a seed past int32: an AssertionError traceback
+    import envpool
+
+    seed = 2**31 - 100
+    env_seed = resumed_env_seed(seed, 1000)
+    assert 0 <= env_seed < 2**31 - 1 and env_seed != seed
+    envs = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=2, seed=env_seed)
+    envs.reset()
+    envs.close()

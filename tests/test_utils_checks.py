@@ -1,0 +1,193 @@
+"""cleanrl_utils.checks: every check's one line, `error: ...`, naming the bad value and what is allowed."""
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from cleanrl_utils.checks import (
+    MAX_SEED,
+    available_memory_bytes,
+    check_envpool_id,
+    check_memory,
+    check_positive,
+    check_rollout_shape,
+    check_run_args,
+    flag,
+)
+
+
+def one_line_exit(call, expected: str) -> str:
+    """`call()` exits with exactly the one line `expected`."""
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    message = exit_info.value.code
+    assert isinstance(message, str) and "\n" not in message
+    assert message == expected
+    return message
+
+
+def run_args(**overrides):
+    defaults = dict(seed=1, total_timesteps=1000, learning_rate=2.5e-4, video_every=10, gamma=0.99, gae_lambda=0.95) | dict(
+        checkpoint_every=0, torch_threads=0
+    )
+    return SimpleNamespace(**(defaults | overrides))
+
+
+def test_flag():
+    assert flag("num_envs") == "--num-envs"
+
+
+def test_valid_run_args_pass():
+    check_run_args(run_args())
+    check_run_args(run_args(seed=0))
+    check_run_args(run_args(seed=MAX_SEED, gamma=1.0, gae_lambda=0.0))
+    check_run_args(SimpleNamespace(**{k: v for k, v in vars(run_args()).items() if k not in ("gae_lambda", "torch_threads")}))
+
+
+@pytest.mark.parametrize("seed", [-1, 2**31, 2**32, 2**40])
+def test_seed_bounds(seed):
+    one_line_exit(
+        lambda: check_run_args(run_args(seed=seed)),
+        f"error: --seed must be in 0..2147483647 (EnvPool seeds are 32-bit signed integers), got {seed}",
+    )
+    assert MAX_SEED == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        ({"total_timesteps": 0}, "error: --total-timesteps must be a positive integer, got 0"),
+        ({"learning_rate": -1e-3}, "error: --learning-rate must be positive, got -0.001"),
+        ({"learning_rate": 0.0}, "error: --learning-rate must be positive, got 0.0"),
+        ({"video_every": -2}, "error: --video-every must be a positive integer, got -2"),
+        ({"gamma": 0.0}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 0.0 and 0.95"),
+        ({"gamma": 1.5}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 1.5 and 0.95"),
+        ({"gae_lambda": -0.1}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 0.99 and -0.1"),
+        (
+            {"checkpoint_every": -1},
+            "error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got -1",
+        ),
+        ({"torch_threads": -2}, "error: --torch-threads must be >= 0 (0 = auto), got -2"),
+    ],
+)
+def test_run_arg_errors(overrides, expected):
+    one_line_exit(lambda: check_run_args(run_args(**overrides)), expected)
+
+
+def test_check_positive_skips_none_and_names_the_flag():
+    check_positive(SimpleNamespace(max_episode_steps=None, target_kl=0.01), "max_episode_steps", "target_kl")
+    one_line_exit(
+        lambda: check_positive(SimpleNamespace(max_episode_steps=0), "max_episode_steps"),
+        "error: --max-episode-steps must be a positive integer, got 0",
+    )
+    one_line_exit(
+        lambda: check_positive(SimpleNamespace(target_kl=-0.5), "target_kl"), "error: --target-kl must be positive, got -0.5"
+    )
+
+
+@pytest.mark.parametrize(
+    "shape,expected",
+    [
+        ((0, 128, 4, 4, 1000), "error: --num-envs must be a positive integer, got 0"),
+        ((8, -1, 4, 4, 1000), "error: --num-steps must be a positive integer, got -1"),
+        ((8, 128, 0, 4, 1000), "error: --num-minibatches must be a positive integer, got 0"),
+        ((8, 128, 4, 0, 1000), "error: --update-epochs must be a positive integer, got 0"),
+        (
+            (8, 128, 3, 4, 10_000),
+            "error: --num-minibatches 3 does not divide the batch size 1024 (= --num-envs 8 x --num-steps 128)",
+        ),
+        (  # issue 16, defect 13: one row per minibatch has no standard deviation
+            (1, 8, 8, 4, 64),
+            "error: --num-minibatches 8 leaves 1 row per minibatch (batch size 8); a minibatch needs at least 2 rows",
+        ),
+        ((8, 128, 4, 4, 1000), "error: --total-timesteps 1000 is smaller than one rollout (1024 steps)"),
+    ],
+)
+def test_rollout_shape_errors(shape, expected):
+    one_line_exit(lambda: check_rollout_shape(*shape), expected)
+
+
+def test_valid_rollout_shapes_pass():
+    check_rollout_shape(8, 128, 4, 4, 1024)
+    check_rollout_shape(1, 8, 4, 1, 64)  # two rows per minibatch: enough
+
+
+def test_check_memory():
+    available = available_memory_bytes()
+    assert 2**20 < available < 2**50
+    check_memory(2**20, "the rollout storage", "--num-envs or --num-steps")
+    with pytest.raises(SystemExit) as exit_info:
+        check_memory(2**60, "the rollout storage", "--num-envs or --num-steps")
+    message = exit_info.value.code
+    assert "\n" not in message
+    assert re.fullmatch(
+        r"error: the rollout storage needs 1,073,741,824\.0 GiB, more than the [\d,]+\.\d GiB of memory available; "
+        r"lower --num-envs or --num-steps",
+        message,
+    ), message
+
+
+# ---- EnvPool ids ----
+
+
+def family_ids(family: str) -> set[str]:
+    from envpool.registration import registry
+
+    return {env_id for env_id, spec in registry.specs.items() if spec[0] == family}
+
+
+def test_envpool_ids_of_the_family_pass():
+    check_envpool_id("Pong-v5", "envpool.atari")
+    check_envpool_id("Hopper-v4", "envpool.mujoco.gym")
+    check_envpool_id("CheetahRun-v1", "envpool.mujoco.dmc")
+
+
+def test_an_id_of_another_family_is_named_as_such_without_a_suggestion():
+    # issue 16: "Pong-v5 ... did you mean Ant-v5?"
+    message = one_line_exit(
+        lambda: check_envpool_id("Pong-v5", "envpool.mujoco.gym"),
+        "error: --env-id 'Pong-v5' is an EnvPool Atari environment; this script takes MuJoCo ones, "
+        "e.g. HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4",
+    )
+    assert "did you mean" not in message
+    one_line_exit(
+        lambda: check_envpool_id("Hopper-v4", "envpool.atari"),
+        "error: --env-id 'Hopper-v4' is an EnvPool MuJoCo environment; this script takes Atari ones, "
+        "e.g. Pong-v5, Breakout-v5, BeamRider-v5",
+    )
+    one_line_exit(
+        lambda: check_envpool_id("CartPole-v1", "envpool.mujoco.gym"),
+        "error: --env-id 'CartPole-v1' is an EnvPool classic control environment; this script takes MuJoCo ones, "
+        "e.g. HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4",
+    )
+
+
+@pytest.mark.parametrize(
+    "env_id,family,expected_first",
+    [
+        ("Pongg-v5", "envpool.atari", "Pong-v5"),
+        ("Hoper-v4", "envpool.mujoco.gym", "Hopper-v4"),
+        ("Pnog-v5", "envpool.atari", None),
+    ],
+)
+def test_close_matches_come_from_the_scripts_family_only(env_id, family, expected_first):
+    with pytest.raises(SystemExit) as exit_info:
+        check_envpool_id(env_id, family)
+    message = exit_info.value.code
+    assert "\n" not in message
+    assert message.startswith(f"error: --env-id {env_id!r} is not an EnvPool ")
+    if "did you mean" in message:
+        suggestions = message.split("did you mean ")[1].rstrip("?").split(", ")
+        assert set(suggestions) <= family_ids(family), suggestions
+        if expected_first:
+            assert suggestions[0] == expected_first
+    else:
+        assert expected_first is None and message.endswith("; e.g. Pong-v5, Breakout-v5, BeamRider-v5")
+
+
+def test_an_id_nothing_like_any_gives_examples():
+    one_line_exit(
+        lambda: check_envpool_id("xyzzy", "envpool.mujoco.gym"),
+        "error: --env-id 'xyzzy' is not an EnvPool MuJoCo environment; e.g. HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4",
+    )

@@ -1,0 +1,268 @@
+"""cleanrl_utils.run: run folders (unique, namespaced ids, resumed runs, unwritable places), the
+writer, the thread count, the progress line on and off a terminal, the divergence exit and the
+checkpoint schedule."""
+
+import io
+import os
+import pty
+import select
+import subprocess
+import sys
+import textwrap
+import time
+import tty
+from types import SimpleNamespace
+
+import pytest
+from helpers import REPO, read_scalars
+
+import cleanrl_utils.run as run_module
+from cleanrl_utils.run import (
+    ProgressLine,
+    check_writable_dir,
+    checkpoint_due,
+    exit_if_diverged,
+    make_writer,
+    run_folder,
+    torch_threads,
+)
+
+
+def one_line_exit(call, *fragments: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    message = exit_info.value.code
+    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    return message
+
+
+def run_args(log_dir, env_id="CartPole-v1", **overrides):
+    return SimpleNamespace(env_id=env_id, exp_name="ppo", seed=1, log_dir=str(log_dir), track=False, **overrides)
+
+
+# ---- run folders ----
+
+
+def test_launches_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(run_module.time, "time", lambda: 1700000000.5)
+    names = [run_folder(run_args(tmp_path))[0] for _ in range(3)]
+    assert names == [
+        "CartPole-v1__ppo__1__1700000000",
+        "CartPole-v1__ppo__1__1700000000-2",
+        "CartPole-v1__ppo__1__1700000000-3",
+    ]
+    assert sorted(os.listdir(tmp_path)) == sorted(names)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [f"run folder: {tmp_path / name}" for name in names]  # absolute paths
+
+
+def test_concurrent_processes_never_share_a_folder(tmp_path):
+    code = textwrap.dedent(
+        """
+        import sys, time
+        from types import SimpleNamespace
+        import cleanrl_utils.run as run
+        run.time.time = lambda: 1700000000.0  # every process in the same second
+        args = SimpleNamespace(env_id="Pong-v5", exp_name="x", seed=1, log_dir=sys.argv[1])
+        print(run.run_folder(args)[1])
+        """
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+        for _ in range(4)
+    ]
+    folders = [process.communicate(timeout=60)[0].splitlines()[-1] for process in processes]
+    assert len(set(folders)) == 4 and all(os.path.isdir(folder) for folder in folders)
+
+
+def test_a_namespaced_env_id_is_one_folder_level(tmp_path):
+    run_name, run_dir = run_folder(run_args(tmp_path, env_id="phys2d/CartPole-v1"))
+    assert run_name.startswith("phys2d-CartPole-v1__ppo__1__")
+    assert os.listdir(tmp_path) == [run_name] and run_dir == str(tmp_path / run_name)
+
+
+def test_a_resumed_run_continues_in_its_checkpoints_folder_from_anywhere(tmp_path, monkeypatch):
+    run_dir = tmp_path / "A" / "runs" / "CartPole-v1__ppo__1__1700000000"
+    run_dir.mkdir(parents=True)
+    (tmp_path / "B").mkdir()
+    monkeypatch.chdir(tmp_path / "B")
+    relative = os.path.relpath(run_dir / "checkpoint.pt")
+    run_name, resumed_dir = run_folder(run_args("runs"), relative)
+    assert (run_name, resumed_dir) == (run_dir.name, str(run_dir))
+    assert not (tmp_path / "B" / "runs").exists()  # nothing written where the command was started
+
+
+@pytest.mark.parametrize("where", ["under a file", "/proc", "/sys"])
+def test_a_log_dir_that_cannot_hold_folders_gives_one_line(tmp_path, where):
+    (tmp_path / "a_file").write_text("")
+    log_dir = {"under a file": str(tmp_path / "a_file" / "runs"), "/proc": "/proc/cleanrl-test/runs", "/sys": "/sys/cleanrl"}[
+        where
+    ]
+    one_line_exit(lambda: run_folder(run_args(log_dir)), f"error: --log-dir {log_dir!r} cannot hold a run folder (")
+
+
+def test_check_writable_dir(tmp_path):
+    check_writable_dir(str(tmp_path / "new" / "videos"), "--video-dir")  # made, and left clean
+    assert os.listdir(tmp_path / "new" / "videos") == []
+    (tmp_path / "a_file").write_text("")
+    one_line_exit(
+        lambda: check_writable_dir(str(tmp_path / "a_file" / "videos"), "--video-dir"),
+        "--video-dir",
+        "is not a writable folder (NotADirectoryError",
+    )
+    one_line_exit(lambda: check_writable_dir(str(tmp_path / "a_file"), "--video-dir"), "(FileExistsError")
+    one_line_exit(lambda: check_writable_dir("/proc/self", "--log-dir"), "--log-dir '/proc/self' is not a writable folder")
+
+
+def test_make_writer_writes_the_hyperparameters_and_a_resume_drops_later_events(tmp_path):
+    from cleanrl_utils.plot import read_hyperparameters
+
+    args = run_args(tmp_path, total_timesteps=1000, learning_rate=0.001)
+    run_dir = str(tmp_path / "run")
+    writer = make_writer(args, "run", run_dir)
+    for step in range(1, 11):  # steps 6..10 came after the checkpoint at 5
+        writer.add_scalar("charts/SPS", step, step)
+    writer.close()
+    writer = make_writer(args, "run", run_dir, resumed_step=5)
+    for step in range(6, 9):
+        writer.add_scalar("charts/SPS", 100 + step, step)
+    writer.close()
+    assert read_scalars(run_dir)["charts/SPS"] == [(s, float(s)) for s in range(1, 6)] + [(s, 100.0 + s) for s in range(6, 9)]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(run_dir, size_guidance={"tensors": 0})
+    accumulator.Reload()
+    table = read_hyperparameters(accumulator)
+    assert table["env_id"] == "CartPole-v1" and table["seed"] == "1" and table["total_timesteps"] == "1000"
+
+
+# ---- threads ----
+
+
+def test_torch_threads(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert torch_threads(5) == 5  # an explicit count wins
+    assert torch_threads(0) == 3  # auto: OMP_NUM_THREADS, as cleanrl_utils.benchmark sets it per run
+    for junk in ("", "0", "two", "-1"):
+        monkeypatch.setenv("OMP_NUM_THREADS", junk)
+        assert torch_threads(0) == len(os.sched_getaffinity(0))
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert torch_threads(0) == len(os.sched_getaffinity(0))
+
+
+def test_torch_threads_follows_the_cores_this_process_may_use():
+    code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); from cleanrl_utils.run import torch_threads; print(torch_threads(0))"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert result.stdout.strip() == "1", result.stderr
+
+
+# ---- progress line ----
+
+LINE = "step {step}/1,000  SPS 50  return(last {n}) {mean}  games {games}  ETA {eta} min"
+
+PROGRESS = """
+from cleanrl_utils.run import ProgressLine
+
+progress = ProgressLine(0, 1000, "games")  # on sys.stdout
+for step in (100, 200):
+    progress.last_print = 0.0  # as if a second had passed
+    progress.show(step, 50, [1.0, 2.0])
+progress.show(250, 50, [1.0, 2.0])  # within the same second: not shown
+progress.end_line()
+print("a line of its own", flush=True)
+progress.end_line()  # nothing open: nothing printed
+progress.show(1000, 50, [1.0, 2.0, 6.0], final=True)  # always shown, ends the line
+"""
+
+
+def test_progress_line_on_a_terminal_is_rewritten_in_place():
+    master, slave = pty.openpty()
+    tty.setraw(slave)  # no "\n" -> "\r\n": read back the bytes as written
+    process = subprocess.Popen([sys.executable, "-c", PROGRESS], stdout=slave, stderr=subprocess.PIPE, cwd=REPO)
+    os.close(slave)
+    output, deadline = b"", time.time() + 60
+    while time.time() < deadline:
+        if not select.select([master], [], [], 1)[0]:
+            if process.poll() is not None:
+                break
+            continue
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        output += data
+    os.close(master)
+    assert process.wait(timeout=30) == 0, process.stderr.read()
+    clear = "\r\x1b[K"
+    first = LINE.format(step=100, n=2, mean="1.50", games=2, eta="0.3")
+    second = LINE.format(step=200, n=2, mean="1.50", games=2, eta="0.3")
+    last = LINE.format(step="1,000", n=3, mean="3.00", games=3, eta="0.0")
+    assert output.decode() == f"{clear}{first}{clear}{second}\na line of its own\n{clear}{last}\n"
+
+
+def test_progress_line_off_a_terminal_prints_plain_lines():
+    out = io.StringIO()  # a pipe, a log file, CI
+    progress = ProgressLine(0, 1000, "episodes", stream=out)
+    progress.show(100, 50, [])  # the first one is shown
+    progress.show(200, 50, [1.0])  # within 10 s: not shown
+    progress.end_line()  # nothing is left open off a terminal
+    progress.show(1000, 50, [1.0], final=True)
+    assert out.getvalue() == (
+        "step 100/1,000  SPS 50  return(last 0) n/a  episodes 0  ETA 0.3 min\n"
+        "step 1,000/1,000  SPS 50  return(last 1) 1.00  episodes 1  ETA 0.0 min\n"
+    )
+    assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
+
+
+def test_progress_sps_counts_from_the_resumed_step():
+    progress = ProgressLine(start_step=5000, total_steps=10000, stream=io.StringIO())
+    progress.start_time = time.time() - 10
+    assert progress.sps(6000) == pytest.approx(100, abs=2)
+
+
+# ---- divergence exit and checkpoint schedule ----
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def close(self):
+        self.calls.append("close")
+
+    def end_line(self):
+        self.calls.append("end_line")
+
+
+def test_exit_if_diverged_names_the_last_good_checkpoint(tmp_path):
+    writer, progress = Recorder(), Recorder()
+    checkpoint = tmp_path / "run" / "checkpoint.pt"
+    exit_if_diverged(True, 3, 1536, str(checkpoint), writer, progress)  # finite: nothing happens
+    assert writer.calls == [] and progress.calls == []
+    start = "error: non-finite loss or parameters at iteration 3 (global step 1,536); "
+    message = one_line_exit(lambda: exit_if_diverged(False, 3, 1536, str(checkpoint), writer, progress))
+    assert message == start + "no checkpoint was written"
+    assert writer.calls == ["close"] and progress.calls == ["end_line"]  # events flushed, live line ended
+    os.chdir(tmp_path)  # a relative --resume path is named absolute
+    try:
+        message = one_line_exit(lambda: exit_if_diverged(False, 3, 1536, str(checkpoint), writer, progress, "old.pt"))
+    finally:
+        os.chdir(REPO)
+    assert message == start + f"last good checkpoint: {tmp_path / 'old.pt'}"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"")
+    message = one_line_exit(lambda: exit_if_diverged(False, 3, 1536, str(checkpoint), writer, progress, "old.pt"))
+    assert message == start + f"last good checkpoint: {checkpoint}"  # the run folder's own comes first
+
+
+def test_checkpoint_due():
+    due = lambda every, stopping=False: [i for i in range(1, 11) if checkpoint_due(i, 10, every, stopping)]  # noqa: E731
+    assert due(0) == [10]  # only at the end
+    assert due(3) == [3, 6, 9, 10]
+    assert due(20) == [10]
+    assert due(0, stopping=True) == list(range(1, 11))  # a requested stop saves whatever the iteration

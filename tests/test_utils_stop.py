@@ -1,0 +1,200 @@
+"""cleanrl_utils.stop: what Ctrl-C and SIGTERM do at start-up and during training, on real processes
+with real signals. Each child prints a line once its handlers are in place and then waits, so a
+signal always lands where the test means it to (no race with the child's end)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import REPO
+
+from cleanrl_utils.stop import stopped_line
+
+
+def start(code: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def wait_for(process: subprocess.Popen, text: str) -> str:
+    """Read the child's stdout until a line holding `text` (the hand-shake)."""
+    seen = ""
+    for line in process.stdout:
+        seen += line
+        if text in line:
+            return seen
+    raise AssertionError(f"child ended before printing {text!r}: {seen}{process.stderr.read()}")
+
+
+def stderr_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+STARTUP = """
+    import time
+    from cleanrl_utils.stop import exit_at_once_on_signals
+    exit_at_once_on_signals()
+    print("ready", flush=True)
+    time.sleep(60)
+    print("still running", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_a_signal_during_start_up_exits_at_once_with_one_line(signum, name):
+    process = start(STARTUP)
+    wait_for(process, "ready")
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 128 + signum
+    assert "still running" not in stdout
+    assert stderr_lines(stderr) == [f"{name} during start-up: exiting before training began"]
+
+
+TRAINING = """
+    import time
+    from cleanrl_utils.stop import StopAfterIteration
+    stop = StopAfterIteration()
+    print("ready", flush=True)
+    iteration = 0
+    while not stop.requested:  # the training loop reads the flag once per iteration
+        iteration += 1
+        time.sleep(0.01)
+    print(f"saved and stopped after iteration {iteration}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_the_first_signal_in_training_stops_after_the_iteration_with_exit_0(signum, name):
+    process = start(TRAINING)
+    wait_for(process, "ready")
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0, stderr
+    assert "saved and stopped after iteration" in stdout
+    assert stderr_lines(stderr) == [
+        f"{name}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"
+    ]
+
+
+SLOW_ITERATION = """
+    import time
+    from cleanrl_utils.stop import StopAfterIteration
+    stop = StopAfterIteration()
+    print("ready", flush=True)
+    while not stop.requested:
+        time.sleep(0.01)
+    print("flag set; the iteration is still running", flush=True)
+    time.sleep(60)  # a long iteration: the second signal must not wait for it
+    print("saved", flush=True)
+"""
+
+
+@pytest.mark.parametrize("first,second", [(signal.SIGINT, signal.SIGINT), (signal.SIGINT, signal.SIGTERM)])
+def test_a_second_signal_aborts_at_once_without_saving(first, second):
+    process = start(SLOW_ITERATION)
+    wait_for(process, "ready")
+    process.send_signal(first)
+    wait_for(process, "flag set")
+    process.send_signal(second)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 128 + second
+    assert "saved" not in stdout
+    lines = stderr_lines(stderr)
+    assert len(lines) == 2 and "Traceback" not in stderr
+    assert lines[1].endswith("again: aborted without saving (the last checkpoint written stays valid)")
+
+
+# JAX registers a garbage-collection callback (EnvPool imports JAX). An exception raised by a signal
+# handler while such a callback runs is printed as "Exception ignored in ..." and the program carries
+# on: Ctrl-C was swallowed (issue 16, defect 2). The callback here sleeps, so the signal lands in it.
+GC_CALLBACK = """
+    import gc, signal, sys, time
+    from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals
+
+    mode = sys.argv[1]
+    if mode == "start-up":
+        exit_at_once_on_signals()
+    elif mode == "default":
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own: raises KeyboardInterrupt
+    else:
+        stop = StopAfterIteration()
+    inside = []
+
+    def slow_callback(phase, info):
+        if phase == "start" and not inside:
+            inside.append(1)
+            print("in gc callback", flush=True)
+            time.sleep(3)
+
+    gc.callbacks.append(slow_callback)
+    gc.collect()
+    gc.callbacks.remove(slow_callback)
+    print("carried on after the gc callback", flush=True)
+    if mode == "training":
+        print(f"stop requested: {stop.requested}", flush=True)
+"""
+
+
+def run_gc_callback(mode: str) -> tuple[int, str, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(GC_CALLBACK), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    wait_for(process, "in gc callback")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=20)
+    return process.returncode, stdout, stderr
+
+
+def test_a_signal_landing_in_a_gc_callback_still_stops_the_run():
+    # the defect, reproduced with Python's default handler: the interrupt is swallowed
+    returncode, stdout, stderr = run_gc_callback("default")
+    assert "Exception ignored" in stderr and "KeyboardInterrupt" in stderr
+    assert "carried on after the gc callback" in stdout and returncode == 0
+    # start-up handler: exits at once, nothing swallowed
+    returncode, stdout, stderr = run_gc_callback("start-up")
+    assert returncode == 128 + signal.SIGINT
+    assert "carried on" not in stdout and "Exception ignored" not in stderr
+    assert stderr_lines(stderr) == ["Ctrl-C during start-up: exiting before training began"]
+    # training handler: the flag is set (the handler raised nothing into the callback)
+    returncode, stdout, stderr = run_gc_callback("training")
+    assert returncode == 0 and "Exception ignored" not in stderr and "Traceback" not in stderr
+    assert "stop requested: True" in stdout
+
+
+def test_workers_ignore_both_signals():
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom cleanrl_utils.stop import ignore_signals_in_worker\nignore_signals_in_worker()\n"
+            "print('ready', flush=True)\nsys.stdin.readline()\nprint('worker done', flush=True)\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    wait_for(process, "ready")
+    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate("go\n", timeout=20)
+    assert process.returncode == 0 and "worker done" in stdout and stderr == ""
+
+
+def test_stopped_line_names_the_checkpoint_and_the_resume_command():
+    path = os.path.join("runs", "X", "checkpoint.pt")
+    assert stopped_line(7, path) == f"stopped at iteration 7; checkpoint: {path} (continue with --resume {path})"

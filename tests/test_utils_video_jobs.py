@@ -1,0 +1,222 @@
+"""cleanrl_utils.video.VideoJobs: at most one evaluator at a time, skips said out loud, the last video
+waited for, evaluators out of reach of a terminal's Ctrl-C.
+
+The scheduling tests run a stub `cleanrl_utils.evaluate` (found first: the test runs from a folder
+holding a stub package) that waits for a release file, so the test decides when each "video" ends.
+One test films a real (untrained) Atari policy with the real evaluator."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from helpers import decoded_video
+
+from cleanrl_utils.video import VideoJobs
+
+STUB_EVALUATOR = """
+import json, os, sys, time
+
+argv = sys.argv[1:]
+video_dir = argv[argv.index("--video-dir") + 1]
+model_path = argv[argv.index("--model-path") + 1]
+record = {"argv": argv, "pid": os.getpid(), "sid": os.getsid(0), "env": os.environ.get("STUB_ENV"), "start": time.time()}
+with open(os.path.join(video_dir, "started.json"), "w") as f:
+    json.dump(record, f)
+print("stub evaluator filming", flush=True)
+deadline = time.time() + 60
+while not os.path.exists(os.path.join(video_dir, "release")) and time.time() < deadline:
+    time.sleep(0.01)
+with open(os.path.join(video_dir, "eval-episode-0.mp4"), "w") as f:
+    f.write(str(time.time()))
+sys.exit(3 if open(model_path).read() == "fail" else 0)
+"""
+
+
+@pytest.fixture
+def stub(tmp_path, monkeypatch):
+    """Runs from a folder whose `cleanrl_utils.evaluate` is the stub; returns the run folder."""
+    package = tmp_path / "stub" / "cleanrl_utils"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "evaluate.py").write_text(STUB_EVALUATOR)
+    monkeypatch.chdir(tmp_path / "stub")  # `python -m` looks in the working folder first
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    return run_dir
+
+
+def write_model(content: str = "weights"):
+    def write(path: str) -> str:
+        with open(path, "w") as f:
+            f.write(content)
+        return path
+
+    return write
+
+
+def video_dir(run_dir, iteration: int) -> str:
+    return os.path.join(str(run_dir), "videos", f"iteration-{iteration}")
+
+
+def wait_started(run_dir, iteration: int) -> dict:
+    path = os.path.join(video_dir(run_dir, iteration), "started.json")
+    deadline = time.time() + 30
+    while not os.path.exists(path):
+        assert time.time() < deadline, f"the evaluator of iteration {iteration} did not start"
+        time.sleep(0.01)
+    time.sleep(0.05)  # the stub writes the file in one go; let it close
+    with open(path) as f:
+        return json.load(f)
+
+
+def release(run_dir, iteration: int, after: float = 0.0) -> None:
+    def touch():
+        open(os.path.join(video_dir(run_dir, iteration), "release"), "w").close()
+
+    threading.Timer(after, touch).start() if after else touch()
+
+
+def test_one_evaluator_at_a_time_skips_said_and_the_last_one_waited_for(stub, capsys):
+    run_dir = stub
+    jobs = VideoJobs(str(run_dir), write_model(), env={**os.environ, "STUB_ENV": "passed"})
+    jobs.film(2)
+    started = wait_started(run_dir, 2)
+    assert started["argv"][started["argv"].index("--model-path") + 1] == os.path.join(
+        video_dir(run_dir, 2), "model.cleanrl_model"
+    )
+    assert " ".join(started["argv"]).endswith(
+        f"--episodes 1 --capture-video --video-dir {video_dir(run_dir, 2)} --no-cuda --torch-threads 1"
+    )
+    assert started["env"] == "passed"
+
+    jobs.film(4)  # due while 2 is still filming: skipped, and said
+    out = capsys.readouterr().out
+    assert out == "evaluation video of iteration 4 skipped: the previous one is still being filmed\n"
+    assert not os.path.exists(video_dir(run_dir, 4))
+
+    release(run_dir, 2)
+    deadline = time.time() + 30
+    while jobs.running[0].poll() is None:
+        assert time.time() < deadline
+        time.sleep(0.01)
+    jobs.film(6)  # 2 has ended: its result is reported, 6 starts
+    assert capsys.readouterr().out == f"evaluation video written: {video_dir(run_dir, 2)}\n"
+    wait_started(run_dir, 6)
+
+    release(run_dir, 6, after=0.5)
+    jobs.film(8, final=True)  # the last video waits for 6 instead of being skipped
+    wait_started(run_dir, 8)
+    assert capsys.readouterr().out == f"evaluation video written: {video_dir(run_dir, 6)}\n"
+
+    release(run_dir, 8, after=0.3)
+    jobs.finish()  # waits for 8
+    assert capsys.readouterr().out == f"evaluation video written: {video_dir(run_dir, 8)}\n"
+    jobs.finish()  # nothing left: nothing printed
+    assert capsys.readouterr().out == ""
+    assert jobs.results == [f"evaluation video written: {video_dir(run_dir, i)}" for i in (2, 6, 8)]
+
+    # never two at once: each evaluator started after the previous one had written its video
+    for earlier, later in ((2, 6), (6, 8)):
+        ended = float(open(os.path.join(video_dir(run_dir, earlier), "eval-episode-0.mp4")).read())
+        assert wait_started(run_dir, later)["start"] >= ended
+    assert "stub evaluator filming" in open(os.path.join(video_dir(run_dir, 8), "evaluate.log")).read()
+
+
+def test_a_failed_evaluator_is_reported_with_its_log(stub, capsys):
+    jobs = VideoJobs(str(stub), write_model("fail"))
+    jobs.film(1, final=True)
+    wait_started(stub, 1)
+    release(stub, 1)
+    jobs.finish()
+    log = os.path.join(video_dir(stub, 1), "evaluate.log")
+    assert (
+        capsys.readouterr().out
+        == f"evaluation video FAILED (exit 3, see {video_dir(stub, 1)}/evaluate.log): {video_dir(stub, 1)}\n"
+    )
+    assert os.path.isfile(log)
+
+
+TRAINING = """
+import sys, time
+from cleanrl_utils.stop import StopAfterIteration
+from cleanrl_utils.video import VideoJobs
+
+def write_model(path):
+    open(path, "w").write("weights")
+    return path
+
+videos = VideoJobs(sys.argv[1], write_model)
+stop = StopAfterIteration() if sys.argv[2] == "stop-after-iteration" else None
+videos.film(1)
+print("filming", flush=True)
+while stop is None or not stop.requested:  # training
+    time.sleep(0.01)
+videos.finish()
+print("training process done", flush=True)
+"""
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("handling", ["stop-after-iteration", "python-default"])
+def test_a_terminal_ctrl_c_does_not_kill_the_evaluator(stub, handling):
+    # Ctrl-C in a terminal reaches the whole foreground process group: the signal goes to the group
+    training = subprocess.Popen(
+        [sys.executable, "-c", TRAINING, str(stub), handling],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, so that the test can signal all of it
+    )
+    assert training.stdout.readline() == "filming\n"
+    evaluator = wait_started(stub, 1)
+    assert evaluator["sid"] != os.getsid(training.pid)  # a session (and process group) of its own
+    os.killpg(training.pid, signal.SIGINT)
+    if handling == "python-default":  # the training process dies of it; the evaluator goes on
+        training.communicate(timeout=30)
+        assert training.returncode != 0 and pid_alive(evaluator["pid"])
+    else:  # the training process stops and waits for the video
+        time.sleep(0.3)
+        assert training.poll() is None and pid_alive(evaluator["pid"])
+    release(stub, 1)
+    video = os.path.join(video_dir(stub, 1), "eval-episode-0.mp4")
+    deadline = time.time() + 30
+    while not os.path.exists(video) or pid_alive(evaluator["pid"]):
+        assert time.time() < deadline, "the evaluator did not finish its video"
+        time.sleep(0.02)
+    if handling == "stop-after-iteration":
+        stdout, _ = training.communicate(timeout=30)
+        assert training.returncode == 0
+        assert stdout == f"evaluation video written: {video_dir(stub, 1)}\ntraining process done\n"
+
+
+def test_a_real_policy_is_filmed_by_the_real_evaluator(tmp_path):
+    import torch
+
+    from cleanrl.ppo_atari_envpool import Agent, Args
+
+    args = Args(env_id="Breakout-v5", max_episode_steps=60)
+    agent = Agent(4, bf16=args.bf16, channels_last=args.channels_last)
+
+    def write_model(path: str) -> str:
+        torch.save({"script": "ppo_atari_envpool", "model_state_dict": agent.state_dict(), "args": vars(args)}, path)
+        return path
+
+    jobs = VideoJobs(str(tmp_path), write_model)
+    jobs.film(5, final=True)
+    jobs.finish()
+    folder = video_dir(tmp_path, 5)
+    assert jobs.results == [f"evaluation video written: {folder}"], open(os.path.join(folder, "evaluate.log")).read()
+    frames = decoded_video(os.path.join(folder, "eval-episode-0.mp4"))
+    assert frames.shape[1:] == (210, 160, 3) and len(frames) <= 1 + 60 + 5
