@@ -1,26 +1,38 @@
 #!/usr/bin/env bash
-# Throughput of cleanrl/ppo_continuous_action_envpool.py in one run, so the ratios are comparable on
-# a noisy machine: raw EnvPool steps/s (64 envs, random actions), the script's SPS with its defaults
-# (64 envs x 64 steps, Table 5) and with --torch-threads 0 (on STEPS / 4), and a 1-env gymnasium PPO loop in
-# CleanRL's ppo_continuous_action layout (1 env, 2,048-step rollouts, wrappers for clipping and
-# normalisation, 10 epochs x 32 minibatches). Script runs alternate and each is repeated REPEATS
-# times; medians are printed. Usage:
+# Throughput of cleanrl/ppo_continuous_action_envpool.py against the same PPO on Gymnasium's vector
+# env (cleanrl/ppo_continuous_action.py: sync vector env, same-step autoreset), at equal
+# hyperparameters: both get the Table 5 settings below (EnvPool paper, appendix F: 64 envs x 64
+# steps, 2 epochs x 4 minibatches, 1 torch thread), so their ratio measures the env and the code,
+# not the amount of gradient work. For context, and only as separately labelled lines: raw EnvPool
+# steps/s (64 envs, random actions) and CleanRL's ppo_continuous_action defaults (1 env, 2,048-step
+# rollouts, 10 epochs x 32 minibatches: about 80x the gradient work per sample, so its ratio to the
+# others measures hyperparameters, not code). Every measurement runs STEPS steps (the CleanRL loop:
+# STEPS rounded down to whole 2,048-step rollouts, at least one); the four alternate, in reversed
+# order every other repeat, REPEATS times; every figure printed at the end is a median.
+# Usage:
 #   bash benchmark/ppo_continuous_action_envpool_sps.sh [ENV_ID] [STEPS] [REPEATS]
+#   bash benchmark/ppo_continuous_action_envpool_sps.sh HalfCheetah-v4 8192 1   # a quick end-to-end check
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 ENV_ID=${1:-HalfCheetah-v4}
 STEPS=${2:-131072}
-REPEATS=${3:-2}
+REPEATS=${3:-3}
 LOGDIR=$(mktemp -d)
 trap 'rm -rf "$LOGDIR"' EXIT
+# Table 5, given explicitly to both scripts so a changed default in either cannot skew the comparison
+TABLE5=(--env-id "$ENV_ID" --total-timesteps "$STEPS" --num-envs 64 --num-steps 64 --learning-rate 0.00295
+  --gamma 0.99 --gae-lambda 0.95 --num-minibatches 4 --update-epochs 2 --clip-coef 0.2 --no-clip-vloss
+  --ent-coef 0.0 --vf-coef 1.3 --max-grad-norm 3.5 --torch-threads 1 --log-dir "$LOGDIR")
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $($PY -c 'import torch; print(torch.__version__)'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
-raw=$($PY - "$ENV_ID" 2>/dev/null <<'PYEOF'
+cat >"$LOGDIR/raw.py" <<'PYEOF'
+# Raw EnvPool: 64 envs stepped with uniform random actions, STEPS steps after 50 warm-up steps.
 import sys, time
 import envpool, numpy as np
-env = envpool.make(sys.argv[1], env_type="gymnasium", num_envs=64, seed=1)
+env_id, steps = sys.argv[1], int(sys.argv[2])
+env = envpool.make(env_id, env_type="gymnasium", num_envs=64, seed=1)
 env.reset()
 rng = np.random.default_rng(0)
 space = env.single_action_space
@@ -28,23 +40,22 @@ def act():
     return rng.uniform(space.low, space.high, (64,) + space.shape).astype(np.float32)
 for _ in range(50):
     env.step(act())
-start, steps = time.perf_counter(), 0
-while time.perf_counter() - start < 10:
+start = time.perf_counter()
+for _ in range(max(1, steps // 64)):
     env.step(act())
-    steps += 64
-print(int(steps / (time.perf_counter() - start)))
+print(int(max(1, steps // 64) * 64 / (time.perf_counter() - start)))
 PYEOF
-)
-echo "raw EnvPool $ENV_ID, 64 envs, random actions: $raw steps/s"
 
-baseline=$($PY - "$ENV_ID" 2>/dev/null <<'PYEOF'
-# One gymnasium env, CleanRL's ppo_continuous_action layout and hyperparameters, timed over 2
-# iterations (4,096 steps) after 1 warm-up iteration. Same network sizes as the EnvPool script.
+cat >"$LOGDIR/cleanrl_defaults.py" <<'PYEOF'
+# One gymnasium env, CleanRL's ppo_continuous_action layout and hyperparameters (2,048-step rollouts,
+# 10 epochs x 32 minibatches of 64), the same network sizes as the scripts, timed over STEPS steps
+# (whole rollouts, at least one) from the first step, as the scripts' SPS is.
 import sys, time
 import gymnasium as gym, numpy as np, torch, torch.nn as nn
 from torch.distributions.normal import Normal
 torch.set_num_threads(1)
 num_steps, epochs, minibatch, gamma, lam = 2048, 10, 64, 0.99, 0.95
+iterations = max(1, int(sys.argv[2]) // num_steps)
 def make():
     env = gym.make(sys.argv[1])
     env = gym.wrappers.FlattenObservation(env)
@@ -95,31 +106,53 @@ def iteration():
             pg = torch.max(-a_n * ratio, -a_n * ratio.clamp(0.8, 1.2)).mean()
             v = 0.5 * ((critic(obs[i]).squeeze(-1) - ret[i]) ** 2).mean()
             opt.zero_grad(); (pg + 0.5 * v).backward(); nn.utils.clip_grad_norm_(params, 0.5); opt.step()
-iteration()
 start = time.perf_counter()
-iteration(); iteration()
-print(int(2 * num_steps / (time.perf_counter() - start)))
+for _ in range(iterations):
+    iteration()
+print(int(iterations * num_steps / (time.perf_counter() - start)))
 PYEOF
-)
-echo "1-env gymnasium PPO loop (CleanRL layout) $ENV_ID: $baseline SPS"
 
-sps_of() {  # the last SPS figure the script printed
+fail() {  # a run that failed: say which, show the end of its log, stop
+  echo "error: $1 failed; the end of its log:" >&2
+  tail -5 "$2" >&2
+  exit 1
+}
+sps_of() {  # the last SPS figure a script printed (its final progress line: SPS over the whole run)
   grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
 }
-declare -a one all
+measure() {  # one measurement; prints its figure
+  local log="$LOGDIR/$1.log"
+  case $1 in
+    raw) $PY "$LOGDIR/raw.py" "$ENV_ID" "$STEPS" >"$log" 2>&1 || fail "raw EnvPool" "$log"; tail -1 "$log" ;;
+    envpool) $PY cleanrl/ppo_continuous_action_envpool.py "${TABLE5[@]}" >"$log" 2>&1 || fail "$1" "$log"; sps_of "$log" ;;
+    gymnasium) $PY cleanrl/ppo_continuous_action.py "${TABLE5[@]}" --vector-mode sync >"$log" 2>&1 || fail "$1" "$log"; sps_of "$log" ;;
+    defaults) $PY "$LOGDIR/cleanrl_defaults.py" "$ENV_ID" "$STEPS" >"$log" 2>&1 || fail "CleanRL-defaults loop" "$log"; tail -1 "$log" ;;
+  esac
+}
+
+declare -A figures
+ORDER=(raw envpool gymnasium defaults)
 for ((r = 1; r <= REPEATS; r++)); do
-  $PY cleanrl/ppo_continuous_action_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --log-dir "$LOGDIR" >"$LOGDIR/one.log" 2>&1
-  one+=("$(sps_of "$LOGDIR/one.log")")
-  # a quarter of the steps: on a busy machine this variant can be 20x slower
-  $PY cleanrl/ppo_continuous_action_envpool.py --env-id "$ENV_ID" --total-timesteps $((STEPS / 4)) --log-dir "$LOGDIR" \
-    --torch-threads 0 >"$LOGDIR/all.log" 2>&1
-  all+=("$(sps_of "$LOGDIR/all.log")")
-  echo "repeat $r: defaults (--torch-threads 1) ${one[-1]} SPS, --torch-threads 0 ${all[-1]} SPS"
+  order=("${ORDER[@]}")
+  if ((r % 2 == 0)); then order=(defaults gymnasium envpool raw); fi
+  line="repeat $r:"
+  for name in "${order[@]}"; do
+    figure=$(measure "$name")
+    figures[$name]="${figures[$name]:-} $figure"
+    line+=" $name $figure,"
+  done
+  echo "${line%,}"
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-m_one=$(median "${one[@]}")
-m_all=$(median "${all[@]}")
+median() { printf '%s\n' $1 | sort -n | awk '{a[NR]=$1} END {printf "%.0f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
-echo "ppo_continuous_action_envpool $ENV_ID ($STEPS steps, median of $REPEATS): defaults $m_one SPS" \
-  "($(ratio "$m_one" "$raw") of raw EnvPool, $(ratio "$m_one" "$baseline")x the 1-env loop)," \
-  "--torch-threads 0 $m_all SPS ($(ratio "$m_all" "$m_one")x defaults)"
+raw=$(median "${figures[raw]}")
+envpool=$(median "${figures[envpool]}")
+gymnasium=$(median "${figures[gymnasium]}")
+defaults=$(median "${figures[defaults]}")
+echo "$ENV_ID, $STEPS steps per run, medians of $REPEATS alternated repeats:"
+echo "  raw EnvPool, 64 envs, random actions: $raw steps/s"
+echo "  Table 5 PPO on EnvPool (ppo_continuous_action_envpool.py): $envpool SPS ($(ratio "$envpool" "$raw") of raw EnvPool)"
+echo "  Table 5 PPO on Gymnasium's sync vector env (ppo_continuous_action.py): $gymnasium SPS"
+echo "  at equal hyperparameters, EnvPool / Gymnasium: $(ratio "$envpool" "$gymnasium")x"
+echo "  separately, not comparable (other hyperparameters, ~80x the gradient work per sample):" \
+  "CleanRL's defaults, 1 env, 10 epochs x 32 minibatches: $defaults SPS"

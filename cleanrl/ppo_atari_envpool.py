@@ -200,17 +200,16 @@ def compute_gae(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE for next-step autoreset rollouts. Returns (advantages, valid_mask), both (T, N).
 
-    In next-step mode the observation returned at a boundary step is the last one of the episode,
-    and the step after a boundary is stale: the env ignores its action and returns the reset
-    observation. So ("The Value of Autoresetting", "How does Autoreset-Mode Affect GAE"):
-      - a termination bootstraps 0; a truncation bootstraps V(next obs) = values[t + 1], the
-        value of the episode's real last observation (partial-episode bootstrapping);
+    In next-step mode the observation returned at a boundary step is the last one of the episode, and the step
+    after a boundary is stale: the env ignores its action and returns the reset observation. So ("The Value of
+    Autoresetting", "How does Autoreset-Mode Affect GAE"):
+      - a termination bootstraps 0; a truncation bootstraps V(next obs) = values[t + 1], the value of the
+        episode's real last observation (partial-episode bootstrapping);
       - the accumulation stops at every boundary, so nothing flows back across episodes;
       - a stale row is invalid: valid_mask is False there and its advantage is 0.
-    A stale row never leaks into a valid one: the row before it is a boundary, which cuts the
-    accumulation. Where this differs from the article's listing: valid rows are the *negation* of
-    the previous step's episode_over (the listing puts initial_episode_over itself in row 0), the
-    buffers are real zeros, and flags are read from the arguments.
+    A stale row never leaks into a valid one: the row before it is a boundary, which cuts the accumulation. Where
+    this differs from the article's listing: valid rows are the *negation* of the previous step's episode_over (the
+    listing puts initial_episode_over itself in row 0), the buffers are real zeros, flags come from the arguments.
     """
     num_steps = rewards.shape[0]
     episode_over = terminations | truncations
@@ -231,16 +230,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def ppo_loss(
-    agent: Agent,
-    obs: torch.Tensor,
-    actions: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
-    old_values: torch.Tensor,
-    valid: torch.Tensor,
-    args: Args,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    agent: Agent, obs, actions, old_logprobs, advantages, returns, old_values, valid, args: Args
+) -> tuple[torch.Tensor, dict]:
     """Clipped PPO loss on one minibatch. Stale rows (valid == False) contribute nothing: every
     mean, including the advantage normalisation statistics, runs over valid rows only."""
     mask = valid.to(torch.float32)
@@ -274,22 +265,14 @@ def ppo_loss(
 
     entropy_loss = masked_mean(entropy, mask)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = {
-        "policy_loss": pg_loss.detach(),
-        "value_loss": v_loss.detach(),
-        "entropy": entropy_loss.detach(),
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": clipfrac,
-    }
-    return loss, stats
+    stats = dict(policy_loss=pg_loss, value_loss=v_loss, entropy=entropy_loss, old_approx_kl=old_approx_kl)
+    stats |= dict(approx_kl=approx_kl, clipfrac=clipfrac)
+    return loss, {name: value.detach() for name, value in stats.items()}  # logged, not differentiated
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    checkpoint = (
-        load_torch(args.resume, SCRIPT, {"model_state_dict": dict, "optimizer_state_dict": dict}) if args.resume else None
-    )
+    checkpoint = load_torch(args.resume, SCRIPT) if args.resume else None
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume)
     validate_args(args)
@@ -316,7 +299,7 @@ if __name__ == "__main__":
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     start_iteration, global_step = 1, 0
     if checkpoint:  # weights, Adam and RNG states (one line if they do not fit); prints where the run resumes
-        start_iteration, global_step = restore_torch(args.resume, checkpoint, agent, optimizer, args.num_iterations)
+        start_iteration, global_step = restore_torch(args.resume, checkpoint, agent, optimizer, args)
     writer = make_writer(args, run_name, run_dir, checkpoint["global_step"] if checkpoint else None)  # after every check
 
     def model_file(path: str) -> str:
@@ -343,7 +326,6 @@ if __name__ == "__main__":
     episode_returns = np.zeros(args.num_envs, dtype=np.float64)
     recent_returns: list[float] = []
 
-    # TRY NOT TO MODIFY: start the game
     progress = ProgressLine(global_step, args.num_iterations * args.batch_size, "games")  # and SPS from here
     videos = VideoJobs(run_dir, model_file)
     stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
@@ -355,7 +337,6 @@ if __name__ == "__main__":
     for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:  # linearly, from --learning-rate at iteration 1 towards 0 after the last one
             optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / args.num_iterations) * args.learning_rate
-        rollout_prev_episode_over = prev_episode_over
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
@@ -385,14 +366,13 @@ if __name__ == "__main__":
                 recent_returns.append(float(episode_returns[i]))
             episode_returns[game_over] = 0.0
 
-        prev_episode_over = terminations[-1] | truncations[-1]
-
         # bootstrap value and GAE (see compute_gae for the autoreset rules)
         with torch.no_grad():
             values[args.num_steps] = agent.get_value(next_obs)
             advantages, valid_mask = compute_gae(
-                values, rewards, terminations, truncations, rollout_prev_episode_over, args.gamma, args.gae_lambda
+                values, rewards, terminations, truncations, prev_episode_over, args.gamma, args.gae_lambda
             )
+            prev_episode_over = terminations[-1] | truncations[-1]  # carried into the next rollout's row 0
             returns = advantages + values[:-1]
 
         # flatten the batch: (obs, actions, old logprobs, advantages, returns, old values, valid)
@@ -420,7 +400,6 @@ if __name__ == "__main__":
         var_y = valid_returns.var()
         explained_var = (1 - (valid_returns - valid_values).var() / var_y).item() if var_y > 0 else float("nan")
 
-        # TRY NOT TO MODIFY: record rewards for plotting purposes
         sps = progress.sps(global_step)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):  # the last minibatch's

@@ -1,30 +1,36 @@
 # PPO for MuJoCo on Gymnasium vector envs, same-step autoreset done right.
-# Hyperparameters: CleanRL's MuJoCo table (EnvPool paper, appendix F, Table 5), the same as the
-# EnvPool twin ppo_continuous_action_envpool.py, so the two autoreset modes compare run for run.
-# CleanRL's single-env gymnasium defaults (1 env x 2048 steps, 10 epochs of 32 minibatches) spend
-# 320 gradient steps per 2048 env steps; Table 5 spends 8 per 4096, which is what a CPU can afford.
+# Hyperparameters: CleanRL's MuJoCo table (EnvPool paper, appendix F, Table 5), as in this script's EnvPool twin, so the
+# two autoreset modes compare run for run. (CleanRL's single-env defaults, 1 env x 2048 steps and 10 epochs of 32
+# minibatches, spend 320 gradient steps per 2048 env steps; Table 5 spends 8 per 4096, what a CPU can afford.)
 # Autoreset semantics: "The Value of Autoresetting" (Gymnasium), same-step mode.
-# Observation normalisation and reward scaling are written here: Gymnasium's vector
-# NormalizeObservation refuses same-step envs, and its per-env wrappers would keep one set of
-# statistics per env, inside the subprocesses under --vector-mode async. Their state is saved with
-# the weights: a saved model evaluates as it trained.
-import difflib
+# Observation normalisation and reward scaling are written here: Gymnasium's vector NormalizeObservation refuses
+# same-step envs, and its per-env wrappers would keep one set of statistics per env, inside the subprocesses under
+# --vector-mode async. Their state is saved with the weights: a saved model evaluates as it trained.
+from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, ignore_signals_in_worker, stopped_line
+
+if __name__ == "__main__":
+    exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
+
+import atexit
 import multiprocessing
 import os
 import random
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.optim as optim
 import tyro
 from torch.distributions.normal import Normal
+
+from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
+from cleanrl_utils.checks import check_gymnasium_env, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
+from cleanrl_utils.video import VideoJobs
+
+SCRIPT = "ppo_continuous_action"
 
 
 @dataclass
@@ -100,86 +106,50 @@ class Args:
     vector_mode: str = "sync"
     """`sync` (SyncVectorEnv, envs stepped in this process) or `async` (AsyncVectorEnv, one subprocess per env: 64 by default)"""
     torch_threads: int = 1
-    """torch intra-op threads on CPU (0: one per core); 1 is fastest for these 64-unit MLPs"""
+    """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core); 1 is fastest for these 64-unit MLPs"""
 
-    # to be filled in runtime
-    batch_size: int = 0
-    """the batch size (computed in runtime)"""
-    minibatch_size: int = 0
-    """the mini-batch size (computed in runtime)"""
-    num_iterations: int = 0
-    """the number of iterations (computed in runtime)"""
+    # to be filled in runtime (not flags)
+    batch_size: tyro.conf.Suppress[int] = 0
+    minibatch_size: tyro.conf.Suppress[int] = 0
+    num_iterations: tyro.conf.Suppress[int] = 0
 
 
 def validate_args(args: Args) -> None:
-    """Exit with one clear line (no traceback) on impossible settings."""
-    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
-        if getattr(args, name) <= 0:
-            sys.exit(f"error: --{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
+    check_run_args(args)
+    check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
+    check_positive(args, "obs_clip", "reward_clip")
     if args.max_episode_steps < 0:
         sys.exit(f"error: --max-episode-steps must be >= 0 (0 = the env's own limit), got {args.max_episode_steps}")
-    if args.learning_rate <= 0:
-        sys.exit(f"error: --learning-rate must be positive, got {args.learning_rate}")
-    if not (0 < args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
-        sys.exit(f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {args.gae_lambda}")
-    for name in ("obs_clip", "reward_clip"):
-        if getattr(args, name) <= 0:
-            sys.exit(f"error: --{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    if args.video_every <= 0:
-        sys.exit(f"error: --video-every must be a positive integer, got {args.video_every}")
-    if args.checkpoint_every < 0:
-        sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
-    if args.torch_threads < 0:
-        sys.exit(f"error: --torch-threads must be >= 0 (0 = one per core), got {args.torch_threads}")
     if args.vector_mode not in ("sync", "async"):
         sys.exit(f"error: --vector-mode must be sync or async, got {args.vector_mode!r}")
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches != 0:
-        sys.exit(
-            f"error: --num-minibatches {args.num_minibatches} does not divide the batch size "
-            f"{batch_size} (= --num-envs {args.num_envs} x --num-steps {args.num_steps})"
-        )
-    if batch_size > args.total_timesteps:
-        sys.exit(f"error: --total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
-    if args.env_id not in gym.registry:
-        close = difflib.get_close_matches(args.env_id, list(gym.registry), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; e.g. HalfCheetah-v4, Hopper-v5, Walker2d-v5"
-        sys.exit(f"error: --env-id {args.env_id!r} is not a registered Gymnasium environment{hint}")
-    try:
-        env = gym.make(args.env_id)
-    except gym.error.DependencyNotInstalled as error:
-        sys.exit(f"error: --env-id {args.env_id!r} needs a package that is not installed: {str(error).splitlines()[0]}")
-    except Exception as error:  # an env that cannot be built here: say so in one line
-        sys.exit(
-            f"error: --env-id {args.env_id!r} could not be created ({type(error).__name__}: {str(error).splitlines()[0]})"
-        )
-    observation_space, action_space = env.observation_space, env.action_space
-    env.close()
+    observation_space, action_space = check_gymnasium_env(args.env_id, "HalfCheetah-v4, Hopper-v5, Walker2d-v5")
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
         sys.exit(
             f"error: --env-id {args.env_id!r} has {action_space} actions; this script needs a flat Box (see ppo.py for discrete ones)"
         )
     if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
         sys.exit(f"error: --env-id {args.env_id!r} has {observation_space} observations; this script needs a flat Box")
+    obs_bytes = 4 * (observation_space.shape[0] + action_space.shape[0])  # observations and actions, float32
+    check_memory(args.num_steps * args.num_envs * (obs_bytes + 40), "the rollout storage", "--num-envs or --num-steps")
 
 
 def make_env(env_id: str, num_envs: int, vector_mode: str = "sync", max_episode_steps: int = 0) -> gym.vector.VectorEnv:
-    """`num_envs` copies of a Gymnasium env in one vector env with *same-step* autoreset, under
-    Gymnasium's vector RecordEpisodeStatistics (`info["episode"]`, mask `info["_episode"]`, at every
-    boundary; its same-step counting is checked in tests/test_ppo.py). Seed with `envs.reset(seed=...)`:
-    sub-env i gets seed + i. No normalisation wrappers: see RunningMeanStd below."""
+    """`num_envs` copies of a Gymnasium env in one vector env with *same-step* autoreset, under Gymnasium's vector
+    RecordEpisodeStatistics (`info["episode"]`, mask `info["_episode"]`, at every boundary; its same-step counting is
+    checked against hand-counted episodes in the tests). Seed with `envs.reset(seed=...)`: sub-env i gets seed + i."""
     kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
 
     def make_one() -> gym.Env:
         if multiprocessing.parent_process() is not None:
-            # An AsyncVectorEnv worker. Ctrl-C in a terminal reaches the whole process group: only
-            # the main process acts on it (finish the iteration, checkpoint); a worker must not die.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            ignore_signals_in_worker()  # an AsyncVectorEnv worker: Ctrl-C and SIGTERM are the main process's
         return gym.make(env_id, **kwargs)
 
     env_fns = [make_one for _ in range(num_envs)]
     vector_env = gym.vector.SyncVectorEnv if vector_mode == "sync" else gym.vector.AsyncVectorEnv
     envs = vector_env(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    if vector_mode == "async":  # the workers ignore SIGTERM, which multiprocessing's exit-time terminate() sends:
+        atexit.register(envs.close)  # close them on every exit (a sys.exit included), or that exit would wait forever
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
 
 
@@ -189,9 +159,7 @@ class RunningMeanStd:
     updates, `mean` and `var` equal numpy's over the concatenated stream."""
 
     def __init__(self, shape: tuple[int, ...] = ()):
-        self.mean = np.zeros(shape, dtype=np.float64)
-        self.var = np.ones(shape, dtype=np.float64)
-        self.count = 0.0
+        self.mean, self.var, self.count = np.zeros(shape, dtype=np.float64), np.ones(shape, dtype=np.float64), 0.0
 
     def update(self, batch: np.ndarray) -> None:
         batch = np.asarray(batch, dtype=np.float64).reshape((-1,) + self.mean.shape)
@@ -202,21 +170,16 @@ class RunningMeanStd:
         total = self.count + batch_count
         delta = batch_mean - self.mean
         m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
-        self.mean = self.mean + delta * batch_count / total
-        self.var = m2 / total
-        self.count = total
+        self.mean, self.var, self.count = self.mean + delta * batch_count / total, m2 / total, total
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {
-            "mean": torch.tensor(np.asarray(self.mean), dtype=torch.float64),
-            "var": torch.tensor(np.asarray(self.var), dtype=torch.float64),
-            "count": torch.tensor(self.count, dtype=torch.float64),
-        }
+        return {name: torch.tensor(np.asarray(getattr(self, name)), dtype=torch.float64) for name in ("mean", "var", "count")}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.mean = np.array(state["mean"].numpy(), dtype=np.float64)
-        self.var = np.array(state["var"].numpy(), dtype=np.float64)
-        self.count = float(state["count"])
+        mean, var = (np.array(state[name].numpy(), dtype=np.float64) for name in ("mean", "var"))
+        if mean.shape != self.mean.shape or var.shape != self.var.shape:
+            raise ValueError(f"statistics of shape {mean.shape}, where this run has {self.mean.shape}")
+        self.mean, self.var, self.count = mean, var, float(state["count"])
 
 
 def normalize_obs(obs: np.ndarray, obs_rms: RunningMeanStd, clip: float) -> np.ndarray:
@@ -227,15 +190,14 @@ def normalize_obs(obs: np.ndarray, obs_rms: RunningMeanStd, clip: float) -> np.n
 class RewardScaler:
     """Reward divided by the running std of the discounted return, clipped to [-clip, clip].
 
-    Each env keeps its discounted-return accumulator R <- gamma * R + r, reset to 0 after every
-    boundary (termination or truncation). In same-step mode every step is real, so every step
-    updates the statistics; the reset happens after the boundary step's reward is counted."""
+    Each env keeps its discounted-return accumulator R <- gamma * R + r, reset to 0 after every boundary (termination
+    or truncation). In same-step mode every step is real, so every step updates the statistics; the reset happens
+    after the boundary step's reward is counted."""
 
     def __init__(self, num_envs: int, gamma: float, clip: float):
         self.return_rms = RunningMeanStd(())
         self.returns = np.zeros(num_envs, dtype=np.float64)
-        self.gamma = gamma
-        self.clip = clip
+        self.gamma, self.clip = gamma, clip
 
     def __call__(self, reward: np.ndarray, episode_over: np.ndarray) -> np.ndarray:
         self.returns = self.returns * self.gamma + reward
@@ -251,26 +213,20 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
     return layer
 
 
+def mlp(in_dim: int, out_dim: int, out_std: float) -> nn.Sequential:
+    """64-64 tanh, orthogonal init (gain sqrt 2), the output layer's gain `out_std`."""
+    hidden = [layer_init(nn.Linear(in_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh()]
+    return nn.Sequential(*hidden, layer_init(nn.Linear(64, out_dim), std=out_std))
+
+
 class Agent(nn.Module):
     """Separate 64-64 tanh MLPs for the value and the Gaussian mean; state-independent log-std.
     Inputs are normalised observations; sampled actions are unbounded (clipped only in the env)."""
 
     def __init__(self, obs_dim: int, action_dim: int):
         super().__init__()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor_mean = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, action_dim), std=0.01),
-        )
+        self.critic = mlp(obs_dim, 1, out_std=1.0)
+        self.actor_mean = mlp(obs_dim, action_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -286,7 +242,8 @@ class Agent(nn.Module):
 
 def compute_gae_same_step(
     values: torch.Tensor,  # (T, N): V(obs_t)
-    next_values: torch.Tensor,  # (T, N): V(obs_{t+1}); on truncated rows V(info["final_obs"])
+    last_values: torch.Tensor,  # (N,): V(obs after the rollout)
+    final_values: torch.Tensor,  # (T, N): V(info["final_obs"]) on truncated rows (truncation_values)
     rewards: torch.Tensor,  # (T, N)
     terminations: torch.Tensor,  # (T, N) bool
     truncations: torch.Tensor,  # (T, N) bool
@@ -295,17 +252,18 @@ def compute_gae_same_step(
 ) -> torch.Tensor:
     """GAE for same-step autoreset rollouts. Returns the advantages, (T, N).
 
-    In same-step mode the env resets inside the step that ends an episode: the observation it
-    returns is already the first one of the next episode, and the episode's real last observation
-    is in info["final_obs"]. Every step is a real transition, so there is no stale row and no mask.
-    The caller builds `next_values`: values[t + 1] on ordinary rows (V(obs after the rollout) for
-    the last row), V(info["final_obs"]) on truncated rows (an extra value call for those rows
-    only); what it holds on terminated rows is ignored. Then ("The Value of Autoresetting"):
-      - a termination bootstraps 0; a truncation bootstraps V(final obs) (partial-episode
-        bootstrapping), never V(reset obs), the value of another episode's start;
+    In same-step mode the env resets inside the step that ends an episode: the observation it returns is already
+    the first one of the next episode, and the episode's real last observation is in info["final_obs"]. Every step
+    is a real transition, so there is no stale row and no mask. So ("The Value of Autoresetting"):
+      - a step bootstraps the value of the observation after it, values[t + 1] (last_values after the last row);
+      - but a termination bootstraps 0, and a truncation V(final obs) = final_values[t] (partial-episode
+        bootstrapping), never values[t + 1] = V(reset obs), the value of another episode's start; final_values
+        is read on truncated rows only;
       - the accumulation stops at every boundary, so nothing flows back across episodes.
     A step both terminated and truncated counts as terminated.
     """
+    next_values = torch.cat([values[1:], last_values[None]], dim=0)
+    next_values = torch.where(truncations & ~terminations, final_values, next_values)
     num_steps = rewards.shape[0]
     episode_over = terminations | truncations
     bootstrap = (~terminations).to(values.dtype)
@@ -319,57 +277,24 @@ def compute_gae_same_step(
     return advantages
 
 
-def save_checkpoint(path: str, state: dict) -> None:
-    """Write, then rename: a crash or Ctrl-C mid-write never leaves a torn checkpoint behind."""
-    tmp_path = path + ".tmp"
-    torch.save(state, tmp_path)
-    os.replace(tmp_path, path)
-
-
-def rng_states() -> dict:
-    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": (np_name, np_keys.tolist(), np_pos, np_has_gauss, np_cached),  # plain types: loads with weights_only
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_states(states: dict) -> None:
-    random.setstate(states["python"])
-    np_name, np_keys, np_pos, np_has_gauss, np_cached = states["numpy"]
-    np.random.set_state((np_name, np.array(np_keys, dtype=np.uint32), np_pos, np_has_gauss, np_cached))
-    torch.set_rng_state(states["torch"])
-    if states["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def load_checkpoint(path: str, script: str) -> dict:
-    """A checkpoint of this script, or one clear line and exit."""
-    if not os.path.isfile(path):
-        sys.exit(f"error: --resume {path!r} does not exist")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        sys.exit(f"error: --resume {path!r} is not a readable checkpoint ({type(error).__name__})")
-    if not isinstance(checkpoint, dict) or "optimizer_state_dict" not in checkpoint:
-        sys.exit(f"error: --resume {path!r} is not a resumable checkpoint (no optimiser state)")
-    if checkpoint.get("script") != script:
-        sys.exit(f"error: --resume {path!r} is a checkpoint of {checkpoint.get('script')!r}, not of {script!r}")
-    return checkpoint
+def truncation_values(agent: Agent, info: dict, term, trunc, obs_rms: RunningMeanStd, obs_clip: float) -> torch.Tensor:
+    """(N,): V(info["final_obs"]) on the rows this step truncated (and did not terminate), 0 elsewhere: what a
+    truncation bootstraps (see compute_gae_same_step). The final observations are normalised as the step's next
+    observations were. One extra value call, for those rows only (the network does not change during the rollout,
+    so now is as good as later)."""
+    device = next(agent.parameters()).device
+    final_values = torch.zeros(len(trunc), device=device)
+    truncated = np.flatnonzero(trunc & ~term)
+    if truncated.size:
+        final_obs = torch.from_numpy(normalize_obs(np.stack(info["final_obs"][truncated]), obs_rms, obs_clip)).to(device)
+        with torch.no_grad():
+            final_values[truncated] = agent.get_value(final_obs)
+    return final_values
 
 
 def ppo_loss(
-    agent: Agent,
-    obs: torch.Tensor,
-    actions: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
-    old_values: torch.Tensor,
-    args: Args,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    agent: Agent, obs, actions, old_logprobs, advantages, returns, old_values, args: Args
+) -> tuple[torch.Tensor, dict]:
     """Clipped PPO loss on one minibatch. In same-step mode every row is a real step: plain means."""
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
     logratio = newlogprob - old_logprobs
@@ -398,143 +323,68 @@ def ppo_loss(
 
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = {
-        "policy_loss": pg_loss.detach(),
-        "value_loss": v_loss.detach(),
-        "entropy": entropy_loss.detach(),
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": clipfrac,
-    }
-    return loss, stats
+    stats = dict(policy_loss=pg_loss, value_loss=v_loss, entropy=entropy_loss, old_approx_kl=old_approx_kl)
+    stats |= dict(approx_kl=approx_kl, clipfrac=clipfrac)
+    return loss, {name: value.detach() for name, value in stats.items()}  # logged, not differentiated
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    checkpoint = None
-    if args.resume:
-        # The run continues with the hyperparameters it started with (they define the batch shapes
-        # and the lr schedule); only where to resume from and how often to checkpoint are new.
-        checkpoint = load_checkpoint(args.resume, "ppo_continuous_action")
-        new_flags = {name: getattr(args, name) for name in ("resume", "checkpoint_every", "capture_video", "video_every")}
-        args = Args(**{**checkpoint["args"], **new_flags})
+    keys = dict(obs_rms=dict, return_rms=dict, recent_returns=list)  # besides weights, optimiser, counters
+    checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
+    if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
+        args = resume_args(Args, checkpoint, args.resume)
     validate_args(args)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    run_dir = os.path.join(args.log_dir, run_name)
+    run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
-    from torch.utils.tensorboard import SummaryWriter
-
-    # On resume, events the interrupted run logged after its checkpoint are dropped (purge_step).
-    writer = SummaryWriter(run_dir, purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
+    torch.set_num_threads(torch_threads(args.torch_threads))
 
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    # env setup
+    # env setup. The MuJoCo envs cannot be snapshotted (they pickle by constructor arguments, and under --vector-mode
+    # async they live in subprocesses): a resumed run plays new episodes (new seeds); unfinished ones go unlogged, and
+    # the reward scaler's per-env discounted returns restart at 0 with them. The normaliser statistics carry on.
+    env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
     envs = make_env(args.env_id, args.num_envs, args.vector_mode, args.max_episode_steps)
-    obs_shape = envs.single_observation_space.shape
-    action_shape = envs.single_action_space.shape
-    action_low = envs.single_action_space.low.astype(np.float32)
-    action_high = envs.single_action_space.high.astype(np.float32)
+    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+    action_low, action_high = envs.single_action_space.low.astype(np.float32), envs.single_action_space.high.astype(np.float32)
 
     agent = Agent(obs_shape[0], action_shape[0]).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-
-    # Normalisation, update-then-normalise: every observation the env returns (the reset ones
-    # included) enters the statistics once, on arrival, and is then normalised with the updated
-    # statistics and stored normalised. An episode's last observation (info["final_obs"], seen only
-    # at a boundary) is normalised with the same statistics before its truncation bootstrap value.
-    # Episode statistics come from RecordEpisodeStatistics, which sees the raw rewards.
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    # Normalisation, update-then-normalise: every observation the env returns (the reset ones included) enters the
+    # statistics once, on arrival, and is then normalised with the updated statistics and stored normalised. An
+    # episode's last observation (info["final_obs"], seen only at a boundary) is normalised with the same statistics
+    # before its truncation bootstrap value. Episode statistics come from RecordEpisodeStatistics (raw rewards).
     obs_rms = RunningMeanStd(obs_shape)
     reward_scaler = RewardScaler(args.num_envs, args.gamma, args.reward_clip)
+    normalisers = {"obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
     start_iteration, global_step = 1, 0
     recent_returns: list[float] = []
-    if checkpoint:
-        agent.load_state_dict(checkpoint["model_state_dict"])
-        optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
-        obs_rms.load_state_dict(checkpoint["obs_rms"])
-        reward_scaler.return_rms.load_state_dict(checkpoint["return_rms"])
-        set_rng_states(checkpoint["rng"])
-        start_iteration, global_step = checkpoint["iteration"] + 1, checkpoint["global_step"]
+    if checkpoint:  # weights, Adam, RNG and normaliser states (one line if they do not fit); prints where the run resumes
+        start_iteration, global_step = restore_torch(args.resume, checkpoint, agent, optimizer, args, extra=normalisers)
         recent_returns = list(checkpoint["recent_returns"])
-        print(f"resumed {run_name} at iteration {checkpoint['iteration']} (global step {global_step:,})", flush=True)
+    writer = make_writer(args, run_name, run_dir, checkpoint["global_step"] if checkpoint else None)  # after every check
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights and normaliser statistics."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        torch.save(
-            {
-                "script": "ppo_continuous_action",
-                "model_state_dict": agent.state_dict(),
-                "args": vars(args),
-                "obs_rms": obs_rms.state_dict(),
-                "return_rms": reward_scaler.return_rms.state_dict(),
-            },
-            path,
-        )
+        statistics = {name: rms.state_dict() for name, rms in normalisers.items()}
+        torch.save({"script": SCRIPT, "model_state_dict": agent.state_dict(), "args": vars(args)} | statistics, path)
         return path
 
-    def film(iteration: int) -> subprocess.Popen:
-        """Evaluation video of the current policy, played by the evaluator in its own process."""
-        video_dir = os.path.join(run_dir, "videos", f"iteration-{iteration}")
-        model_path = model_file(os.path.join(video_dir, "model.cleanrl_model"))
-        command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
-        log = open(os.path.join(video_dir, "evaluate.log"), "w")
-        return subprocess.Popen(command + ["--capture-video", "--video-dir", video_dir, "--no-cuda"], stdout=log, stderr=log)
-
-    video_jobs: list[subprocess.Popen] = []
-
     def training_state(iteration: int) -> dict:
-        return {
-            "script": "ppo_continuous_action",
-            "run_name": run_name,
-            "args": vars(args),
-            "iteration": iteration,
-            "global_step": global_step,
-            "model_state_dict": agent.state_dict(),
-            "optimizer_state_dict": optimizer.state_dict(),
-            "obs_rms": obs_rms.state_dict(),
-            "return_rms": reward_scaler.return_rms.state_dict(),
-            "rng": rng_states(),
-            "recent_returns": recent_returns,
-        }
-
-    # Ctrl-C finishes the current iteration, writes a checkpoint and exits 0; a second one aborts.
-    stop_requested = False
-
-    def request_stop(signum, frame):
-        global stop_requested
-        stop_requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("\nCtrl-C: stopping after this iteration (press again to abort without saving)", flush=True)
-
-    signal.signal(signal.SIGINT, request_stop)
+        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        weights = dict(model_state_dict=agent.state_dict(), optimizer_state_dict=optimizer.state_dict())
+        statistics = {name: rms.state_dict() for name, rms in normalisers.items()}
+        return counters | weights | {"rng": torch_rng_states()} | statistics | {"recent_returns": recent_returns}
 
     # ALGO Logic: Storage setup
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, device=device)
@@ -544,65 +394,39 @@ if __name__ == "__main__":
     terminations = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
     truncations = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
-    # V(info["final_obs"]), filled on truncated rows only (read only where truncations is set)
-    final_values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    final_values = torch.zeros((args.num_steps, args.num_envs), device=device)  # V(info["final_obs"]) where truncated
 
-    # TRY NOT TO MODIFY: start the game
-    start_global_step = global_step
-    start_time = time.time()
-    # Progress: on a terminal, one live line rewritten in place every second; otherwise (CI, log
-    # files, pipes) a plain line every 10 s.
-    live_progress = sys.stdout.isatty()
-    last_print = 0.0
-    # The MuJoCo envs are not snapshotted (they pickle by constructor arguments, and under
-    # --vector-mode async they live in subprocesses): a resumed run starts fresh episodes, seeded
-    # from the seed and the iteration, and the episodes the checkpoint interrupted are never
-    # logged. The reward scaler's per-env discounted returns restart at 0 with them; the
-    # normaliser statistics carry on, the new reset observations entering them as usual.
-    env_seed = args.seed if checkpoint is None else args.seed + 7919 * checkpoint["iteration"]
+    progress = ProgressLine(global_step, args.num_iterations * args.batch_size)  # and SPS from here
+    videos = VideoJobs(run_dir, model_file)
+    stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
     next_obs_np, _ = envs.reset(seed=env_seed)
     obs_rms.update(next_obs_np)
     next_obs = torch.from_numpy(normalize_obs(next_obs_np, obs_rms, args.obs_clip)).to(device)
 
     for iteration in range(start_iteration, args.num_iterations + 1):
-        # Annealing the rate if instructed to do so.
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            lrnow = frac * args.learning_rate
-            optimizer.param_groups[0]["lr"] = lrnow
+        if args.anneal_lr:  # linearly, from --learning-rate at iteration 1 towards 0 after the last one
+            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / args.num_iterations) * args.learning_rate
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
 
-            # ALGO LOGIC: action logic
             with torch.no_grad():
                 action, logprob, _, value = agent.get_action_and_value(next_obs)
                 values[step] = value
             actions[step] = action
             logprobs[step] = logprob
 
-            # TRY NOT TO MODIFY: execute the game and log data.
-            # Same-step autoreset: at a boundary next_obs is already the reset observation of the
-            # next episode; the episode's last observation is info["final_obs"][i]. The env gets
-            # the action clipped to its bounds; the buffer keeps the unclipped sample whose
-            # log-prob was stored.
-            env_action = np.clip(action.cpu().numpy(), action_low, action_high)
-            next_obs_np, reward, term, trunc, info = envs.step(env_action)
+            # TRY NOT TO MODIFY: execute the game and log data. Same-step autoreset: at a boundary next_obs is
+            # already the reset observation of the next episode; the episode's last one is info["final_obs"][i].
+            # The env gets the action clipped to its bounds; the buffer keeps the sample whose log-prob was stored.
+            next_obs_np, reward, term, trunc, info = envs.step(np.clip(action.cpu().numpy(), action_low, action_high))
             rewards[step] = torch.from_numpy(reward_scaler(reward, term | trunc)).to(device)
             terminations[step] = torch.as_tensor(term, device=device)
             truncations[step] = torch.as_tensor(trunc, device=device)
             obs_rms.update(next_obs_np)
             next_obs = torch.from_numpy(normalize_obs(next_obs_np, obs_rms, args.obs_clip)).to(device)
-
-            # A truncation bootstraps V(final obs): one extra value call, for the truncated rows only
-            # (the network does not change during the rollout, so now is as good as later).
-            truncated = np.flatnonzero(trunc & ~term)
-            if truncated.size:
-                final_obs_np = normalize_obs(np.stack(info["final_obs"][truncated]), obs_rms, args.obs_clip)
-                final_obs = torch.from_numpy(final_obs_np).to(device)
-                with torch.no_grad():
-                    final_values[step, truncated] = agent.get_value(final_obs)
+            final_values[step] = truncation_values(agent, info, term, trunc, obs_rms, args.obs_clip)
 
             if "episode" in info:
                 for i in np.flatnonzero(info["_episode"]):
@@ -612,20 +436,15 @@ if __name__ == "__main__":
 
         # bootstrap value and GAE (see compute_gae_same_step for the autoreset rules)
         with torch.no_grad():
-            next_values = torch.cat([values[1:], agent.get_value(next_obs)[None]], dim=0)
-            next_values = torch.where(truncations & ~terminations, final_values, next_values)
+            last_values = agent.get_value(next_obs)
             advantages = compute_gae_same_step(
-                values, next_values, rewards, terminations, truncations, args.gamma, args.gae_lambda
+                values, last_values, final_values, rewards, terminations, truncations, args.gamma, args.gae_lambda
             )
             returns = advantages + values
 
-        # flatten the batch
-        b_obs = obs.reshape((-1,) + obs_shape)
-        b_logprobs = logprobs.reshape(-1)
-        b_actions = actions.reshape((-1,) + action_shape)
-        b_advantages = advantages.reshape(-1)
-        b_returns = returns.reshape(-1)
-        b_values = values.reshape(-1)
+        # flatten the batch: (obs, actions, old logprobs, advantages, returns, old values)
+        rollout = (obs, actions, logprobs, advantages, returns, values)
+        batch = [x.reshape((args.batch_size,) + x.shape[2:]) for x in rollout]
 
         # Optimizing the policy and value network
         clipfracs = []
@@ -633,16 +452,7 @@ if __name__ == "__main__":
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
-                loss, stats = ppo_loss(
-                    agent,
-                    b_obs[mb_inds],
-                    b_actions[mb_inds],
-                    b_logprobs[mb_inds],
-                    b_advantages[mb_inds],
-                    b_returns[mb_inds],
-                    b_values[mb_inds],
-                    args,
-                )
+                loss, stats = ppo_loss(agent, *[x[mb_inds] for x in batch], args)
                 clipfracs.append(stats["clipfrac"])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -652,64 +462,34 @@ if __name__ == "__main__":
             if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                 break
 
+        b_returns, b_values = batch[4], batch[5]
         var_y = b_returns.var()
         explained_var = (1 - (b_returns - b_values).var() / var_y).item() if var_y > 0 else float("nan")
 
-        # TRY NOT TO MODIFY: record rewards for plotting purposes
-        sps = int((global_step - start_global_step) / (time.time() - start_time))
+        sps = progress.sps(global_step)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", stats["value_loss"].item(), global_step)
-        writer.add_scalar("losses/policy_loss", stats["policy_loss"].item(), global_step)
-        writer.add_scalar("losses/entropy", stats["entropy"].item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", stats["old_approx_kl"].item(), global_step)
-        writer.add_scalar("losses/approx_kl", stats["approx_kl"].item(), global_step)
+        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):  # the last minibatch's
+            writer.add_scalar(f"losses/{name}", stats[name].item(), global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
 
-        # Read the flag once: a Ctrl-C arriving after this point is acted on one iteration later, so
-        # a run never stops without the checkpoint it announces.
-        stopping = stop_requested
-        # A diverged run stops here, before any checkpoint could be overwritten with its state.
-        if not (torch.isfinite(loss) and all(torch.isfinite(p).all() for p in agent.parameters())):
-            writer.close()
-            if live_progress:
-                print()  # end the live line before the error message
-            saved = (
-                f"last good checkpoint: {checkpoint_path}" if os.path.exists(checkpoint_path) else "no checkpoint was written"
-            )
-            sys.exit(f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}")
-        if (args.checkpoint_every and iteration % args.checkpoint_every == 0) or stopping or iteration == args.num_iterations:
-            save_checkpoint(checkpoint_path, training_state(iteration))
-        if args.capture_video and (iteration % args.video_every == 0 or iteration == args.num_iterations or stopping):
-            video_jobs.append(film(iteration))
-
-        now = time.time()
-        final_line = iteration == args.num_iterations or stopping
-        if now - last_print > (1 if live_progress else 10) or final_line:
-            last_print = now
-            recent = recent_returns[-20:]
-            mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
-            eta = (args.num_iterations - iteration) * args.batch_size / max(sps, 1)
-            line = (
-                f"step {global_step:,}/{args.num_iterations * args.batch_size:,}  SPS {sps:,}  "
-                f"return(last {len(recent)}) {mean_return}  episodes {len(recent_returns):,}  ETA {eta / 60:.1f} min"
-            )
-            if live_progress:  # "\r\x1b[K": back to column 0 and clear the line, so it is rewritten in place
-                line = f"\r\x1b[K{line}"
-            print(line, end="\n" if final_line or not live_progress else "", flush=True)
+        # Read the stop flag once: a signal landing between two reads must not skip the save.
+        stopping = stop.requested
+        finite = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p).all()) for p in agent.parameters())
+        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
+            save_torch(checkpoint_path, training_state(iteration))
+        last = iteration == args.num_iterations or stopping
+        if args.capture_video and (iteration % args.video_every == 0 or last):
+            videos.film(iteration, final=last)  # at most one evaluator at a time
+        progress.show(global_step, sps, recent_returns, final=last)
         if stopping:
-            print(
-                f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"
-            )
+            print(stopped_line(iteration, checkpoint_path))
             break
 
     if args.save_model:
         print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
-    for job in video_jobs:
-        video_dir = os.path.dirname(job.args[job.args.index("--model-path") + 1])
-        status = "written" if job.wait() == 0 else f"FAILED (exit {job.returncode}, see {video_dir}/evaluate.log)"
-        print(f"evaluation video {status}: {video_dir}")
-
+    videos.finish()
     envs.close()
     writer.close()

@@ -84,8 +84,9 @@ def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], 
     return checkpoint
 
 
-def load_torch(path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
-    """A torch checkpoint of `script` holding `keys`, or one clear line and exit."""
+def load_torch(path: str, script: str, keys: dict[str, type] | None = None, flag: str = "--resume") -> dict:
+    """A torch checkpoint of `script` holding weights, optimiser state and `keys` (name -> type), or
+    one clear line and exit."""
     import torch
 
     if not os.path.isfile(path):
@@ -96,7 +97,9 @@ def load_torch(path: str, script: str, keys: dict[str, type], flag: str = "--res
         _fail(flag, path, f"is not a readable checkpoint ({type(error).__name__})")
     if isinstance(checkpoint, dict) and "optimizer_state_dict" not in checkpoint:
         _fail(flag, path, "is not a resumable checkpoint (no optimiser state)")
-    return check_checkpoint(checkpoint, path, script, keys, flag)
+    return check_checkpoint(
+        checkpoint, path, script, {"model_state_dict": dict, "optimizer_state_dict": dict} | (keys or {}), flag
+    )
 
 
 def load_msgpack(path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
@@ -129,13 +132,33 @@ def restored_or_exit(path: str, what: str, restore: Callable[[], None]) -> None:
         sys.exit(f"error: --resume {path!r} holds {what} that does not fit this script's ({type(error).__name__}: {reason})")
 
 
-def restore_torch(path: str, checkpoint: dict, model, optimizer, num_iterations: int) -> tuple[int, int]:
-    """Weights, optimiser state and RNG states from a torch checkpoint (one line and exit if they do
-    not fit); prints where the run resumes. Returns (first iteration to run, global step)."""
+def restore_torch(path: str, checkpoint: dict, model, optimizer, args, extra: dict | None = None) -> tuple[int, int]:
+    """Weights, optimiser state, RNG states and each `extra` object's state (name -> an object with
+    `load_state_dict`, read from checkpoint[name]) from a torch checkpoint, one line and exit if they
+    do not fit; the optimiser then takes `args.learning_rate` (a rate changed on resume applies; a
+    schedule overwrites it each iteration anyway). Prints where the run resumes. Returns (first
+    iteration to run, global step)."""
     restored_or_exit(path, "weights", lambda: model.load_state_dict(checkpoint["model_state_dict"]))
     restored_or_exit(path, "an optimiser state", lambda: optimizer.load_state_dict(checkpoint["optimizer_state_dict"]))
     restored_or_exit(path, "RNG states", lambda: set_torch_rng_states(checkpoint["rng"]))
-    return say_resumed(path, checkpoint, num_iterations)
+    for name, state_holder in (extra or {}).items():
+        restored_or_exit(path, f"an {name!r} entry", lambda: state_holder.load_state_dict(checkpoint[name]))
+    for group in optimizer.param_groups:
+        group["lr"] = args.learning_rate
+    return say_resumed(path, checkpoint, args.num_iterations)
+
+
+def restore_msgpack(path: str, checkpoint: dict, template: dict, num_iterations: int) -> tuple[dict, int, int]:
+    """The saved values of `template`'s entries (name -> a fresh pytree: TrainState, PRNG key,
+    normalisers), restored with restore_like, and Python's and numpy's RNG states; one line and exit
+    if they do not fit. Prints where the run resumes. Returns (restored, first iteration to run,
+    global step)."""
+    restored = {}
+    restored_or_exit(
+        path, "a training state", lambda: restored.update(restore_like(template, {k: checkpoint[k] for k in template}))
+    )
+    restored_or_exit(path, "RNG states", lambda: set_msgpack_rng_states(checkpoint["rng"]))
+    return (restored, *say_resumed(path, checkpoint, num_iterations))
 
 
 def say_resumed(path: str, checkpoint: dict, num_iterations: int) -> tuple[int, int]:

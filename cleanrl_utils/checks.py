@@ -113,3 +113,24 @@ def check_envpool_id(env_id: str, family: str) -> None:
     close = difflib.get_close_matches(env_id, ids, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {examples}"
     sys.exit(f"error: --env-id {env_id!r} is not an EnvPool {name} environment{hint}")
+
+
+def check_gymnasium_env(env_id: str, examples: str):
+    """`env_id` is a registered Gymnasium env that builds here (close matches suggested otherwise; a
+    missing package or a failing constructor named in one line). Returns its (observation_space,
+    action_space), from one env made and closed again."""
+    import gymnasium as gym
+
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {examples}"
+        sys.exit(f"error: --env-id {env_id!r} is not a registered Gymnasium environment{hint}")
+    try:
+        env = gym.make(env_id)
+    except gym.error.DependencyNotInstalled as error:
+        sys.exit(f"error: --env-id {env_id!r} needs a package that is not installed: {str(error).splitlines()[0]}")
+    except Exception as error:  # an env that cannot be built here: say so in one line
+        sys.exit(f"error: --env-id {env_id!r} could not be created ({type(error).__name__}: {str(error).splitlines()[0]})")
+    spaces = env.observation_space, env.action_space
+    env.close()
+    return spaces

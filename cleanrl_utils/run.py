@@ -154,3 +154,34 @@ def exit_if_diverged(
 def checkpoint_due(iteration: int, num_iterations: int, every: int, stopping: bool) -> bool:
     """Every `every` iterations (0: never on a schedule), at a requested stop, and at the end."""
     return (every > 0 and iteration % every == 0) or stopping or iteration == num_iterations
+
+
+class XlaCompilations:
+    """Counts XLA compilations (jax.monitoring's backend-compile events) so a JAX script can show that
+    its jitted iteration compiled in the first iteration only: its inputs keep their shapes and dtypes
+    (a resumed run's too, through restore_like). Call `first_iteration_done()` after the first
+    iteration; `summary(...)` is the line to print at the end (None if no iteration ran)."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self):
+        import jax
+
+        self.durations: list[float] = []
+        self.in_first: int | None = None
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda event, duration, **_: self.durations.append(duration) if event == self.EVENT else None
+        )
+
+    def first_iteration_done(self) -> None:
+        if self.in_first is None:
+            self.in_first = len(self.durations)
+
+    def summary(self, start_iteration: int, last_iteration: int) -> str | None:
+        if self.in_first is None:
+            return None
+        first, later = self.durations[: self.in_first], self.durations[self.in_first :]
+        return (
+            f"XLA compilations: {len(first)} in iteration {start_iteration} ({sum(first):.1f} s), "
+            f"{len(later)} in the {last_iteration - start_iteration} later iterations"
+        )

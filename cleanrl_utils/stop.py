@@ -60,6 +60,8 @@ def stopped_line(iteration: int, checkpoint_path: str) -> str:
 
 def ignore_signals_in_worker() -> None:
     """In an env subprocess: a terminal's Ctrl-C and `timeout`'s SIGTERM reach the whole process
-    group; only the main process acts on them (it closes its workers when it is done)."""
+    group; only the main process acts on them. It must close its workers on every exit (e.g.
+    `atexit.register(envs.close)`): multiprocessing stops leftover workers at exit with SIGTERM,
+    which they now ignore, and would wait for them forever."""
     for signum in SIGNALS:
         signal.signal(signum, signal.SIG_IGN)

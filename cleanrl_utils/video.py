@@ -35,6 +35,9 @@ def record_gymnasium_episodes(
     """Play `episodes` episodes of a Gymnasium env with `act(obs[None]) -> action[None]` and write
     one MP4 each. MuJoCo renders headless through EGL unless MUJOCO_GL says otherwise."""
     os.environ.setdefault("MUJOCO_GL", "egl")
+    # rgb_array frames need no display: without this, pygame's SDL (classic control) looks for one and prints
+    # "error: XDG_RUNTIME_DIR is invalid" on a machine without a desktop session.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     import gymnasium as gym
 
     env = gym.make(env_id, render_mode="rgb_array")

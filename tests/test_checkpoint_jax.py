@@ -1,15 +1,18 @@
-"""Checkpoint, resume, Ctrl-C, divergence, evaluation videos and progress output of the two JAX twins
-(cleanrl/ppo_atari_envpool_xla_jax.py and cleanrl/ppo_continuous_action_envpool_xla_jax.py), with
-real runs: a subprocess sent SIGINT, its resumption, forced divergences, bad resume files, a filmed
-run under a pseudo-terminal. Each script's runs are module-scoped fixtures shared between tests."""
+"""Checkpoint, resume, Ctrl-C, SIGTERM, divergence, evaluation videos and progress output of the two
+JAX twins (cleanrl/ppo_atari_envpool_xla_jax.py and cleanrl/ppo_continuous_action_envpool_xla_jax.py),
+with real runs: a subprocess sent SIGINT (Atari) or SIGTERM (continuous) mid-run, its resumption with
+new flags, forced divergences, bad resume files, Ctrl-C during start-up, a filmed run under a
+pseudo-terminal. Each script's runs are module-scoped fixtures shared between tests."""
 
 import hashlib
 import importlib
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -22,44 +25,76 @@ import pytest
 from flax.training.train_state import TrainState
 from helpers import REPO, decoded_video, only_run_dir, read_scalars, run_in_terminal, run_interrupted, run_script
 
+from cleanrl_utils.checkpoint import (
+    load_msgpack,
+    msgpack_rng_states,
+    restore_like,
+    resume_args,
+    save_msgpack,
+    set_msgpack_rng_states,
+)
+
 ATARI = "ppo_atari_envpool_xla_jax"
 CONTINUOUS = "ppo_continuous_action_envpool_xla_jax"
+# A total no machine finishes in a test: a signal always lands mid-run. The interrupted run is then
+# resumed with a smaller --total-timesteps (a flag a resumed run may change) to finish it.
+ENDLESS_TOTAL = 100_000_000
 
 
 @dataclass(frozen=True)
 class Case:
     script: str
-    small: list[str]  # the interrupted / resumed / diverged runs
-    iterations: int  # of `small`
+    small: list[str]  # the interrupted / resumed / diverged runs, without --total-timesteps
+    iterations: int  # of `small` with --total-timesteps iterations * batch
     batch: int  # of `small`
-    learning_rate: float  # the default, annealed
+    learning_rate: float  # the default
+    anneal: bool  # whether `small` anneals the learning rate
+    signum: int  # what the interrupted run is sent
+    checkpoint_keys: dict  # what a checkpoint holds beyond the common keys (for load_msgpack)
     filmed: list[str]  # 2 iterations, filmed with --video-every 2 (so only iteration 2), stdout on a terminal
     filmed_batch: int
 
+    @property
+    def total(self) -> list[str]:
+        return ["--total-timesteps", str(self.iterations * self.batch)]
+
+    def lr(self, iteration: int, iterations: int) -> float:
+        """The learning rate of `iteration` in a run planned for `iterations`."""
+        return self.learning_rate * (1 - (iteration - 1) / iterations if self.anneal else 1.0)
+
 
 CASES = {
-    # 10 iterations of 4 envs x 16 steps (2 epochs of 2 minibatches): the CNN is the cost on a CPU
+    # 10 iterations of 4 envs x 16 steps (2 epochs of 2 minibatches): the CNN is the cost on a CPU.
+    # Annealed: a resume with a smaller --total-timesteps recomputes the schedule for the new length.
+    # Sent SIGINT, as Ctrl-C in a terminal.
     "atari": Case(
         ATARI,
-        ["--env-id", "Pong-v5", "--total-timesteps", "640", "--num-envs", "4", "--num-steps", "16"]
+        ["--env-id", "Pong-v5", "--num-envs", "4", "--num-steps", "16"]
         + ["--num-minibatches", "2", "--update-epochs", "2", "--max-episode-steps", "30"],
         10,
         64,
         2.5e-4,
+        True,
+        signal.SIGINT,
+        {"train_state": dict, "key": np.ndarray},
         ["--env-id", "Pong-v5", "--total-timesteps", "128", "--num-envs", "4", "--num-steps", "16"]
         + ["--num-minibatches", "2", "--update-epochs", "2", "--max-episode-steps", "30"],
         64,
     ),
     # 16 iterations of 8 envs x 16 steps; HalfCheetah never terminates, so with the 50-step limit
     # the stale steps (and so the reward scaler's count) are known exactly. Hopper, filmed, falls
-    # over quickly: short evaluation episodes.
+    # over quickly: short evaluation episodes. With --no-anneal-lr the rate lives in the optimiser
+    # state, not in the traced schedule. Sent SIGTERM, as schedulers (SLURM, docker stop) send.
     "continuous": Case(
         CONTINUOUS,
-        ["--env-id", "HalfCheetah-v4", "--total-timesteps", "2048", "--num-envs", "8", "--num-steps", "16"]
-        + ["--max-episode-steps", "50"],
+        ["--env-id", "HalfCheetah-v4", "--num-envs", "8", "--num-steps", "16", "--max-episode-steps", "50"]
+        + ["--no-anneal-lr"],
         16,
         128,
         0.00295,
+        False,
+        signal.SIGTERM,
+        {"train_state": dict, "normalizers": dict, "key": np.ndarray},
         ["--env-id", "Hopper-v4", "--total-timesteps", "256", "--num-envs", "8", "--num-steps", "16"]
         + ["--max-episode-steps", "50"],
         128,
@@ -78,14 +113,12 @@ def read_checkpoint(path: str) -> dict:
         return flax.serialization.msgpack_restore(f.read())
 
 
-def checkpoint_copy(checkpoint: dict, log_dir: str, **arg_changes) -> str:
-    """Write `checkpoint` into `log_dir`/<its run>/checkpoint.msgpack with its args' log_dir pointing
-    there (so a resume of it works in that folder, away from the other tests' runs); its path."""
-    module = importlib.import_module(f"cleanrl.{checkpoint['script']}")
-    copy = dict(checkpoint, args={**checkpoint["args"], "log_dir": str(log_dir), **arg_changes})
+def checkpoint_copy(checkpoint: dict, log_dir: str) -> str:
+    """Write `checkpoint` into `log_dir`/<its run>/checkpoint.msgpack (a resume of it continues in
+    that folder, away from the other tests' runs); its path."""
     path = os.path.join(str(log_dir), checkpoint["run_name"], "checkpoint.msgpack")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    module.save_checkpoint(path, copy)
+    save_msgpack(path, checkpoint)
     return path
 
 
@@ -128,7 +161,7 @@ def background_runs(case, tmp_path_factory):
     filmed_dir = tmp_path_factory.mktemp(f"filmed_{case.script}")
     diverged_dir = tmp_path_factory.mktemp(f"diverged_{case.script}")
     filmed = [*case.filmed, "--capture-video", "--video-every", "2", "--log-dir", str(filmed_dir)]
-    diverged = [*case.small, "--learning-rate", "1e30", "--log-dir", str(diverged_dir)]
+    diverged = [*case.small, *case.total, "--learning-rate", "1e30", "--log-dir", str(diverged_dir)]
     with ThreadPoolExecutor(max_workers=2) as pool:
         yield {
             "filmed": (pool.submit(run_in_terminal, case.script, *filmed), filmed_dir),
@@ -139,10 +172,10 @@ def background_runs(case, tmp_path_factory):
 def test_checkpoint_round_trip_is_bit_exact(case, module, tmp_path):
     """A train state after real Adam steps (moments not zero, an adapted learning rate), the PRNG
     key, Python's and numpy's RNG states (a cached Gaussian included) and, for the continuous twin,
-    the normalisers: saved with the script's save_checkpoint, read back with its load_checkpoint and
-    restored with its restore_like into a *fresh* state (other values), as the script's --resume
-    does. Leaf for leaf equal, with the fresh state's dtypes and weak types; one more identical
-    step of both gives identical states."""
+    the normalisers: saved with save_msgpack, read back with load_msgpack and restored with
+    restore_like into a *fresh* state (other values), as the script's --resume does. Leaf for leaf
+    equal, with the fresh state's dtypes and weak types; one more identical step of both gives
+    identical states."""
     rng = np.random.default_rng(0)
     args = module.Args()
     agent = module.Agent(6)
@@ -179,7 +212,7 @@ def test_checkpoint_round_trip_is_bit_exact(case, module, tmp_path):
         "global_step": 3 * args.num_envs * args.num_steps,
         "train_state": flax.serialization.to_state_dict(state),
         "key": key,
-        "rng": module.rng_states(),
+        "rng": msgpack_rng_states(),
     }
     if case.script == CONTINUOUS:
         norms = module.Normalizers(
@@ -195,27 +228,27 @@ def test_checkpoint_round_trip_is_bit_exact(case, module, tmp_path):
             )
         saved["normalizers"] = flax.serialization.to_state_dict(norms)
     path = str(tmp_path / "checkpoint.msgpack")
-    module.save_checkpoint(path, saved)
+    save_msgpack(path, saved)
     assert not os.path.exists(path + ".tmp")
     expected_draws = (random.random(), random.gauss(0.0, 1.0), np.random.rand(), np.random.randn())
 
-    restored = module.load_checkpoint(path, case.script)
+    restored = load_msgpack(path, case.script, case.checkpoint_keys)
     assert restored["args"] == vars(args) and restored["iteration"] == 3 and restored["run_name"] == "run"
     template = fresh_state(jax.random.PRNGKey(1))
     assert template.step.weak_type
     assert not np.array_equal(jax.tree.leaves(template.params)[-1], jax.tree.leaves(state.params)[-1])
-    state2 = module.restore_like(template, restored["train_state"])
+    state2 = restore_like(template, restored["train_state"])
     assert_same_leaves(state2, state, template)
     assert float(state2.opt_state.hyperparams["learning_rate"]) == np.float32(1.2345e-3)
-    key2 = module.restore_like(jax.random.PRNGKey(0), restored["key"])
+    key2 = restore_like(jax.random.PRNGKey(0), restored["key"])
     assert key2.dtype == key.dtype and np.array_equal(key2, key)
-    module.set_rng_states(restored["rng"])
+    set_msgpack_rng_states(restored["rng"])
     assert (random.random(), random.gauss(0.0, 1.0), np.random.rand(), np.random.randn()) == expected_draws
     if case.script == CONTINUOUS:
         fresh_norms = module.Normalizers(
             module.RunningMeanStd.create((17,)), module.RewardScaler.create(4), module.RunningMeanStd.create(())
         )
-        assert_same_leaves(module.restore_like(fresh_norms, restored["normalizers"]), norms, fresh_norms)
+        assert_same_leaves(restore_like(fresh_norms, restored["normalizers"]), norms, fresh_norms)
         assert float(norms.obs_rms.count) == 40 and float(norms.value_rms.count) == 370
 
     # the restored state continues exactly: one more identical step of both gives identical states
@@ -227,7 +260,7 @@ def test_checkpoint_round_trip_is_bit_exact(case, module, tmp_path):
         ({"kernel": jnp.zeros(3)}, {"bias": np.zeros(3, np.float32)}),
     ]:
         with pytest.raises(ValueError):
-            module.restore_like(template, bad_state)
+            restore_like(template, bad_state)
 
 
 def test_bad_settings_give_one_clear_line(module):
@@ -242,20 +275,26 @@ def test_bad_settings_give_one_clear_line(module):
 
 @pytest.fixture(scope="module")
 def interrupted_run(case, background_runs, tmp_path_factory):
-    """A run sent SIGINT after its first progress line; its checkpoint as it was then (the resume
-    test rewrites the file in place)."""
+    """A run with a total it cannot finish, sent SIGINT (Atari) or SIGTERM (continuous) after its first
+    progress line; its checkpoint as it was then (the resume test rewrites the file in place)."""
     log_dir = tmp_path_factory.mktemp(f"interrupted_{case.script}")
-    returncode, stdout, stderr, run_dir = run_interrupted(case.script, case.small, log_dir)
+    args = [*case.small, "--total-timesteps", str(ENDLESS_TOTAL)]
+    returncode, stdout, stderr, run_dir = run_interrupted(case.script, args, log_dir, signum=case.signum)
     path = os.path.join(run_dir, "checkpoint.msgpack")
     checkpoint = read_checkpoint(path) if os.path.exists(path) else None
     return returncode, stdout, stderr, run_dir, checkpoint
 
 
-def test_sigint_writes_a_checkpoint_and_exits_zero(case, interrupted_run):
+def test_sigint_or_sigterm_writes_a_checkpoint_and_exits_zero(case, interrupted_run):
+    """Ctrl-C (Atari twin) and SIGTERM (continuous twin, what SLURM, docker stop and Kubernetes send)
+    mid-run: the iteration finishes, the checkpoint is written, exit 0, no traceback."""
     returncode, stdout, stderr, run_dir, checkpoint = interrupted_run
     assert returncode == 0, stderr[-3000:]
     assert "Traceback" not in stderr
+    name = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}[case.signum]
+    assert f"{name}: stopping after this iteration" in stderr, stderr
     checkpoint_path = os.path.join(run_dir, "checkpoint.msgpack")
+    assert f"run folder: {run_dir}" in stdout
     stopped_at = checkpoint["iteration"]
     assert (
         f"stopped at iteration {stopped_at}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"
@@ -268,7 +307,7 @@ def test_sigint_writes_a_checkpoint_and_exits_zero(case, interrupted_run):
     assert int(checkpoint["train_state"]["step"]) == stopped_at * args["update_epochs"] * args["num_minibatches"]
     lr = checkpoint["train_state"]["opt_state"]["hyperparams"]["learning_rate"]
     assert lr.dtype == np.float32
-    assert lr == pytest.approx(case.learning_rate * (1 - (stopped_at - 1) / case.iterations), rel=1e-6)
+    assert lr == pytest.approx(case.lr(stopped_at, ENDLESS_TOTAL // case.batch), rel=1e-6)
     assert checkpoint["key"].dtype == np.uint32 and checkpoint["key"].shape == (2,)
     assert set(checkpoint["rng"]) == {"python", "numpy"}
     assert not os.path.exists(checkpoint_path + ".tmp")
@@ -288,18 +327,14 @@ def test_progress_is_plain_lines_in_a_pipe(interrupted_run):
 
 @pytest.fixture(scope="module")
 def diverging_resume(case, interrupted_run, tmp_path_factory):
-    """Started before the resumed run, to play alongside it: a resume of a copy of the good
-    checkpoint whose args were given an absurd learning rate (the next iteration overflows the
-    weights). The good checkpoint, copied into a run folder of its own, and its digest."""
+    """Started before the resumed run, to play alongside it: a resume of the good checkpoint, copied
+    into a run folder of its own, with --learning-rate 1e30 (a flag a resumed run may change, to
+    rescue a run; here the next iteration overflows the weights). The good checkpoint and its digest."""
     log_dir = tmp_path_factory.mktemp(f"diverging_resume_{case.script}")
     good_path = checkpoint_copy(interrupted_run[4], log_dir)
     digest = hashlib.sha256(open(good_path, "rb").read()).hexdigest()
-    poisoned = read_checkpoint(good_path)
-    poisoned["args"]["learning_rate"] = 1e30
-    poisoned_path = str(log_dir / "poisoned.msgpack")
-    importlib.import_module(f"cleanrl.{case.script}").save_checkpoint(poisoned_path, poisoned)
     process = subprocess.Popen(
-        [sys.executable, os.path.join(REPO, "cleanrl", f"{case.script}.py"), "--resume", poisoned_path],
+        [sys.executable, os.path.join(REPO, "cleanrl", f"{case.script}.py"), "--resume", good_path, "--learning-rate", "1e30"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -313,16 +348,22 @@ def diverging_resume(case, interrupted_run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def resumed_run(case, interrupted_run, diverging_resume):
-    run_dir = interrupted_run[3]
-    return run_script(case.script, "--resume", os.path.join(run_dir, "checkpoint.msgpack"), "--checkpoint-every", "1000")
+    """The interrupted run resumed with flags a resumed run may change: the smaller total that ends
+    it, and a checkpoint interval."""
+    checkpoint_path = os.path.join(interrupted_run[3], "checkpoint.msgpack")
+    return run_script(case.script, "--resume", checkpoint_path, *case.total, "--checkpoint-every", "1000")
 
 
 def test_resume_continues_step_counter_lr_schedule_and_compiles_once(case, interrupted_run, resumed_run):
+    """The resumed run continues the step counter in the run's own folder and takes the new flags;
+    the learning-rate schedule is that of the new --total-timesteps from the resumed iteration on
+    (the jitted iteration is traced anew in each process)."""
     _, _, _, run_dir, stopped = interrupted_run
     checkpoint_path = os.path.join(run_dir, "checkpoint.msgpack")
     stopped_at = stopped["iteration"]
     result = resumed_run
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"run folder: {run_dir}" in result.stdout
     assert (
         f"resumed {os.path.basename(run_dir)} at iteration {stopped_at} (global step {stopped_at * case.batch:,})"
         in result.stdout
@@ -339,15 +380,17 @@ def test_resume_continues_step_counter_lr_schedule_and_compiles_once(case, inter
     assert lr_steps == [case.batch * i for i in range(1, case.iterations + 1)]  # one point per iteration, none twice
     for step, lr in scalars["charts/learning_rate"]:
         iteration = step // case.batch
-        assert lr == pytest.approx(case.learning_rate * (1 - (iteration - 1) / case.iterations), rel=1e-6)
+        planned = ENDLESS_TOTAL // case.batch if iteration <= stopped_at else case.iterations
+        assert lr == pytest.approx(case.lr(iteration, planned), rel=1e-6)
     assert [step for step, _ in scalars["losses/value_loss"]] == lr_steps
     final = read_checkpoint(checkpoint_path)
     assert final["iteration"] == case.iterations and final["global_step"] == case.iterations * case.batch
     args = final["args"]
     assert int(final["train_state"]["step"]) == case.iterations * args["update_epochs"] * args["num_minibatches"]
-    # saved args rule, except where to resume from and how often to checkpoint
+    # saved args rule, except the flags given with --resume
     assert args["num_steps"] == 16 and args["max_episode_steps"] == stopped["args"]["max_episode_steps"]
     assert args["checkpoint_every"] == 1000 and args["resume"] == checkpoint_path
+    assert args["total_timesteps"] == case.iterations * case.batch
     if case.script == CONTINUOUS:
         # statistics carried on across the restart: both segments' observations (each from a fresh
         # reset) and non-stale returns, not just the resumed segment's
@@ -362,20 +405,24 @@ def test_resume_continues_step_counter_lr_schedule_and_compiles_once(case, inter
 def test_resumed_state_equals_the_saved_one(case, interrupted_run, resumed_run, tmp_path):
     """The state the script's --resume builds equals the checkpoint's bit for bit. Observed without
     a test hook: resuming a run that is already complete runs no iteration, so the model file that
-    --save-model (set in the checkpoint's args, which rule on resume) writes holds the parameters
+    --save-model (given with --resume: a flag a resumed run may change) writes holds the parameters
     exactly as the script restored them; for the continuous twin also the restored return and value
     statistics, and the observation statistics with the restarted simulators' one reset batch
-    added. The optimiser state, PRNG key and RNG states go through the same load_checkpoint /
-    restore_like / set_rng_states, checked leaf for leaf in test_checkpoint_round_trip_is_bit_exact;
-    that the resumed real run compiles once shows they come back with a fresh state's types."""
+    added. The optimiser state, PRNG key and RNG states go through the same load_msgpack /
+    restore_like / set_msgpack_rng_states, checked leaf for leaf in
+    test_checkpoint_round_trip_is_bit_exact; that the resumed real run compiles once shows they come
+    back with a fresh state's types. The checkpoint is named by a path relative to the working
+    folder: the run continues in the checkpoint's own folder, printed absolute."""
     assert resumed_run.returncode == 0, resumed_run.stderr[-3000:]
     complete = read_checkpoint(os.path.join(interrupted_run[3], "checkpoint.msgpack"))
     assert complete["iteration"] == case.iterations
-    path = checkpoint_copy(complete, tmp_path, save_model=True)
+    path = checkpoint_copy(complete, tmp_path)
     digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    result = run_script(case.script, "--resume", path)
+    result = run_script(case.script, "--resume", os.path.relpath(path, REPO), "--save-model")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"run folder: {os.path.dirname(path)}\n" in result.stdout
     assert f"resumed {complete['run_name']} at iteration {case.iterations}" in result.stdout
+    assert "already ran its" in result.stdout  # a finished run says so
     assert "XLA compilations" not in result.stdout  # no iteration ran
     model = read_checkpoint(os.path.join(os.path.dirname(path), f"{case.script}.cleanrl_model"))
     assert model["script"] == case.script
@@ -388,11 +435,37 @@ def test_resumed_state_equals_the_saved_one(case, interrupted_run, resumed_run, 
         assert float(model["obs_rms"]["count"]) == float(norms["obs_rms"]["count"]) + 8
 
 
+def test_resume_applies_flags_that_may_change_and_refuses_the_others(case, module, interrupted_run, monkeypatch):
+    """The command line of a resume, parsed as the script does: the flags a resumed run may change
+    are applied over the saved args, any other that differs stops the run with one line naming it."""
+    checkpoint, path = interrupted_run[4], "run/checkpoint.msgpack"
+    flags = ["--total-timesteps", "4096", "--learning-rate", "0.001", "--save-model", "--checkpoint-every", "3"]
+    monkeypatch.setattr(sys, "argv", [case.script, "--resume", path, *flags])
+    args = resume_args(module.Args, checkpoint, path)
+    assert (args.total_timesteps, args.learning_rate, args.save_model, args.checkpoint_every) == (4096, 0.001, True, 3)
+    assert {**vars(args), "total_timesteps": 0, "learning_rate": 0, "save_model": 0, "checkpoint_every": 0} == {
+        **checkpoint["args"],
+        "resume": path,
+        "total_timesteps": 0,
+        "learning_rate": 0,
+        "save_model": 0,
+        "checkpoint_every": 0,
+    }
+    monkeypatch.setattr(sys, "argv", [case.script, "--resume", path, "--num-steps", "8", "--seed", "2"])
+    with pytest.raises(SystemExit) as exit_info:
+        resume_args(module.Args, checkpoint, path)
+    message = exit_info.value.code
+    assert message.startswith("error: --num-steps 8 (saved: 16), --seed 2 (saved: 1) cannot change on --resume"), message
+    assert "\n" not in message
+
+
 def test_divergence_stops_before_any_checkpoint(case, interrupted_run, diverging_resume, background_runs):
-    """A resume of a copy of a good checkpoint with learning rate 1e30 in its args, and a fresh run
-    with --learning-rate 1e30 (stdout on a terminal): each stops at the first iteration it runs,
-    naming it, and exits non-zero without a traceback; the good checkpoint is left byte for byte as
-    it was, and the fresh run writes none."""
+    """A resume of a good checkpoint with --learning-rate 1e30, and a fresh run with --learning-rate
+    1e30 (stdout on a terminal): each stops at the first iteration it runs, naming it, and exits
+    non-zero without a traceback; the good checkpoint is left byte for byte as it was, and the
+    fresh run writes none. The resume diverging shows that the new rate reaches the jitted
+    iteration (Atari: the annealed schedule traced in; continuous, --no-anneal-lr: the optimiser
+    state's rate)."""
     stopped_at = interrupted_run[4]["iteration"]
     process, good_path, digest = diverging_resume
     _, stderr = process.communicate(timeout=600)
@@ -413,8 +486,8 @@ def test_divergence_stops_before_any_checkpoint(case, interrupted_run, diverging
     assert not os.path.exists(os.path.join(only_run_dir(log_dir), "checkpoint.msgpack"))
 
 
-def test_bad_resume_files_give_one_clear_line(case, module, tmp_path):
-    """Each bad file through the script's load_checkpoint (the function --resume calls first), and
+def test_bad_resume_files_give_one_clear_line(case, tmp_path):
+    """Each bad file through load_msgpack with the script's keys (what --resume calls first), and
     one of them through a real run: one error line on stderr, a non-zero exit, no traceback."""
     import torch
 
@@ -429,15 +502,20 @@ def test_bad_resume_files_give_one_clear_line(case, module, tmp_path):
     )
     other = tmp_path / "other.msgpack"
     other.write_bytes(flax.serialization.msgpack_serialize({"script": other_script, "train_state": {"opt_state": {}}}))
+    no_key = tmp_path / "no_key.msgpack"  # hand-edited: the PRNG key taken out
+    common = {"run_name": "run", "args": {}, "iteration": 3, "global_step": 3, "rng": {"python": {}}}
+    state = {"train_state": {"opt_state": {}}, "normalizers": {}}
+    no_key.write_bytes(flax.serialization.msgpack_serialize({"script": case.script, **common, **state}))
     for path, fragment in [
         (tmp_path / "missing.msgpack", "does not exist"),
         (junk, "is not a readable checkpoint"),
         (torch_checkpoint, "is not a readable checkpoint"),
         (saved_model, "is not a resumable checkpoint (no optimiser state)"),
         (other, f"is a checkpoint of '{other_script}', not of '{case.script}'"),
+        (no_key, "has no 'key' entry"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
-            module.load_checkpoint(str(path), case.script)
+            load_msgpack(str(path), case.script, case.checkpoint_keys)
         message = exit_info.value.code
         assert isinstance(message, str) and "\n" not in message, message
         assert message.startswith(f"error: --resume {str(path)!r} ") and fragment in message, message
@@ -446,6 +524,33 @@ def test_bad_resume_files_give_one_clear_line(case, module, tmp_path):
     assert result.returncode != 0 and "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert lines == [f"error: --resume {str(junk)!r} is not a readable checkpoint (ExtraData)"], result.stderr
+
+
+def test_ctrl_c_during_start_up_always_stops_with_one_line(tmp_path):
+    """Ctrl-C while the libraries load (EnvPool imports JAX), while the envs, the network and Adam
+    are set up and compiled: the process ends promptly with one line, never "Exception ignored" (a
+    KeyboardInterrupt raised inside JAX's GC callback is swallowed there and the run would carry
+    on), never a traceback, never training. The Atari twin stands for both: same set-up, same calls."""
+    for delay in (0.5, 1.5, 2.5, 4.0):
+        process = subprocess.Popen(
+            [sys.executable, os.path.join(REPO, "cleanrl", f"{ATARI}.py"), *CASES["atari"].small, "--total-timesteps", "64000"]
+            + ["--log-dir", str(tmp_path / str(delay))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        signalled = time.time()
+        stdout, stderr = process.communicate(timeout=120)
+        if "step " in stdout:  # training had begun (a fast machine): then it is the checkpoint-and-exit-0 path
+            assert process.returncode == 0 and "Ctrl-C: stopping after this iteration" in stderr, (delay, stderr)
+            continue
+        assert time.time() - signalled < 30, delay  # promptly: at most a compilation under way finishes first
+        assert process.returncode == 128 + signal.SIGINT, (delay, process.returncode, stderr)
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        assert lines == ["Ctrl-C during start-up: exiting before training began"], (delay, stderr)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """Tests of cleanrl/ppo.py (same-step autoreset on Gymnasium vector envs): GAE against brute force,
-the same trajectory in next-step and same-step form giving the same advantages, Gymnasium's
-same-step semantics and episode statistics checked for real, a CartPole learning run, the saved
-model evaluated, determinism, sync == async, bad input."""
+the script's truncation bootstrap on a real Gymnasium truncation, the same trajectory in next-step
+and same-step form giving the same advantages, Gymnasium's same-step semantics and episode
+statistics checked for real, a CartPole learning run, the saved model evaluated, determinism,
+sync == async, bad input, and what a new user's adversarial trial broke (issue 16)."""
 
 import importlib.util
 import os
@@ -13,22 +14,26 @@ import numpy as np
 import pytest
 import torch
 from gae_reference import next_step_reference, random_same_step_rollout, same_step_reference
-from helpers import ATARI_TAGS, assert_one_error_line, only_run_dir, read_scalars, run_script
+from helpers import ATARI_TAGS, REPO, assert_one_error_line, decoded_video, only_run_dir, read_scalars, run_script
 
-from cleanrl.ppo import Agent, Args, compute_gae_same_step, make_env, ppo_loss
+from cleanrl.ppo import Agent, Args, compute_gae_same_step, make_env, ppo_loss, truncation_values
 from cleanrl.ppo_atari_envpool import compute_gae as compute_gae_next_step
 
 SCRIPT = "ppo"
 
 
 def gae_same_step(values, last_values, final_values, rewards, terminations, truncations, gamma=0.99, gae_lambda=0.95):
-    """The script's two lines that build next_values, then its GAE, in float64."""
-    values = torch.as_tensor(values, dtype=torch.float64)
-    terminations, truncations = torch.as_tensor(terminations), torch.as_tensor(truncations)
-    next_values = torch.cat([values[1:], torch.as_tensor(last_values, dtype=torch.float64)[None]], dim=0)
-    next_values = torch.where(truncations & ~terminations, torch.as_tensor(final_values, dtype=torch.float64), next_values)
+    """The script's GAE (the next-values wiring included), in float64."""
+    as64 = lambda x: torch.as_tensor(np.asarray(x, np.float64))  # noqa: E731
     advantages = compute_gae_same_step(
-        values, next_values, torch.as_tensor(rewards, dtype=torch.float64), terminations, truncations, gamma, gae_lambda
+        as64(values),
+        as64(last_values),
+        as64(final_values),
+        as64(rewards),
+        torch.as_tensor(terminations),
+        torch.as_tensor(truncations),
+        gamma,
+        gae_lambda,
     )
     return advantages.numpy()
 
@@ -85,6 +90,60 @@ def test_final_obs_value_is_read_on_truncated_rows_only():
                 assert adv[t, env] == pytest.approx(base[t, env] + 0.99 * 10.0)
             else:
                 np.testing.assert_array_equal(adv, base)
+
+
+def test_truncation_bootstraps_the_value_of_the_real_final_observation():
+    """The script's own wiring on real CartPole with a 20-step limit: truncation_values on every step
+    (what the loop calls), then compute_gae_same_step. Each sub-env is replayed on a plain env with
+    the same seed, so the real last observation of every episode is known independently of
+    info["final_obs"]; the brute-force reference bootstraps its value at truncations. A wiring
+    that bootstrapped 0, or V(reset obs), there gives other advantages, and the test shows it."""
+    num_envs, seed, limit, num_steps = 3, 2, 20, 120
+    torch.manual_seed(0)
+    agent = Agent(4, 2)
+    value_of = lambda obs: agent.get_value(torch.as_tensor(np.asarray(obs), dtype=torch.float32)).detach().numpy()  # noqa: E731
+    envs = make_env("CartPole-v1", num_envs, "sync", max_episode_steps=limit)
+    singles = [gym.make("CartPole-v1", max_episode_steps=limit) for _ in range(num_envs)]
+    obs, _ = envs.reset(seed=seed)
+    for i, env in enumerate(singles):
+        env.reset(seed=seed + i)
+    rng = np.random.default_rng(0)
+    values, rewards, terms, truncs, final_values = [], [], [], [], []
+    real_final_values = np.zeros((num_steps, num_envs))
+    for t in range(num_steps):
+        values.append(value_of(obs))
+        action = rng.integers(0, 2, num_envs)
+        obs, reward, term, trunc, info = envs.step(action)
+        final_values.append(truncation_values(agent, info, term, trunc).numpy())
+        for i, env in enumerate(singles):
+            last_obs, _, _, _, _ = env.step(int(action[i]))
+            if term[i] or trunc[i]:
+                real_final_values[t, i] = value_of(last_obs[None])[0]
+                env.reset()
+        rewards.append(reward)
+        terms.append(term)
+        truncs.append(trunc)
+    last_values = value_of(obs)
+    envs.close()
+    values, rewards, terms, truncs = (np.array(x) for x in (values, rewards, terms, truncs))
+    truncated = truncs & ~terms
+    assert truncated.sum() >= 5 and terms.sum() >= 5, (truncated.sum(), terms.sum())
+    final_values = np.array(final_values)
+    np.testing.assert_allclose(final_values[truncated], real_final_values[truncated], rtol=1e-6)
+    assert (final_values[~truncated] == 0).all()
+
+    advantages = gae_same_step(values, last_values, final_values, rewards, terms, truncs)
+    expected = same_step_reference(values, last_values, real_final_values, rewards, terms, truncs, 0.99, 0.95)
+    np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-5)
+    # what the two classic mistakes would give, at the truncated rows
+    reset_values = np.concatenate([values[1:], last_values[None]])  # V(reset obs) after a truncation
+    for wrong in (np.zeros_like(real_final_values), reset_values):
+        wrong_advantages = same_step_reference(values, last_values, wrong, rewards, terms, truncs, 0.99, 0.95)
+        assert np.abs(wrong_advantages - advantages)[truncated].min() > 1e-3
+    # and the training loop calls this very wiring
+    source = open(os.path.join(REPO, "cleanrl", f"{SCRIPT}.py")).read()
+    assert "final_values[step] = truncation_values(agent, info, term, trunc)" in source
+    assert "values, last_values, final_values, rewards, terminations, truncations, args.gamma" in source
 
 
 def one_trajectory_in_both_forms(rng, num_transitions, p_term, p_trunc, start_stale):
@@ -317,3 +376,66 @@ def test_lunar_lander_without_box2d_gives_one_clear_line():
     assert result.returncode != 0 and "Traceback" not in result.stderr
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and "'LunarLander-v3'" in lines[0] and "not installed" in lines[0], result.stderr
+
+
+# ---- what a new user's adversarial trial broke (issue 16), with real processes ----
+
+
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["--seed", "-1"], ["--seed", "-1", "32-bit"]),
+        (["--seed", "4294967296"], ["--seed", "4294967296", "32-bit"]),
+        # a minibatch of one row: its advantage std is NaN, which used to be reported as divergence
+        (["--num-envs", "1", "--num-steps", "8", "--num-minibatches", "8", "--total-timesteps", "64"], ["at least 2 rows"]),
+        (["--num-steps", "1000000000"], ["--total-timesteps 500000", "smaller than one rollout"]),
+        (["--num-steps", "10000000000", "--total-timesteps", "10000000000000000"], ["rollout storage", "GiB", "--num-steps"]),
+    ],
+)
+def test_bad_values_give_one_line_before_any_run_folder(tmp_path, args, fragments):
+    result = run_script(SCRIPT, *args, "--log-dir", str(tmp_path / "runs"), timeout=120)
+    assert_one_error_line(result, fragments)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_runtime_fields_are_not_flags():
+    """--batch-size, --minibatch-size and --num-iterations are computed from the other flags: tyro
+    refuses them as unknown instead of accepting a value that is then overwritten."""
+    result = run_script(SCRIPT, "--batch-size", "5", "--minibatch-size", "5", "--num-iterations", "5", timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "Unrecognized options" in result.stderr and "--batch-size" in result.stderr
+    assert "--minibatch-size" in result.stderr and "--num-iterations" in result.stderr
+
+
+def test_namespaced_env_id_gets_one_run_folder(tmp_path):
+    """`phys2d/CartPole-v1` (Gymnasium's JAX CartPole, the registry's namespaced ids): the run folder
+    is one level under --log-dir, the "/" written as "-", so plot and resume find it like any other."""
+    pytest.importorskip("jax")
+    result = run_script(SCRIPT, "--env-id", "phys2d/CartPole-v1", "--total-timesteps", "512", "--log-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    (name,) = os.listdir(tmp_path)
+    assert name.startswith("phys2d-CartPole-v1__ppo__1__"), name
+    run_dir = tmp_path / name
+    assert result.stdout.startswith(f"run folder: {run_dir}\n")
+    assert sorted(os.listdir(run_dir))[0] == "checkpoint.pt"
+    assert len(read_scalars(str(run_dir))["charts/episodic_return"]) >= 10
+
+
+def test_cartpole_video_prints_no_sdl_error(tmp_path):
+    """CartPole renders through pygame. pygame.init() starts SDL's video subsystem, which probes for
+    a display and, on a headless machine (no XDG_RUNTIME_DIR, no DISPLAY), prints "error:
+    XDG_RUNTIME_DIR is invalid or not set in the environment." into the evaluator's output, on a
+    video that is written fine. rgb_array frames need no display: SDL's dummy driver is enough."""
+    code = (
+        "import sys, numpy as np; from cleanrl_utils.video import record_gymnasium_episodes; "
+        "record_gymnasium_episodes('CartPole-v1', lambda obs: np.zeros(len(obs), np.int64), sys.argv[1], 1, seed=0)"
+    )
+    headless = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "DISPLAY", "WAYLAND_DISPLAY")}
+    headless.pop("SDL_VIDEODRIVER", None)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=headless, cwd=REPO, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    decoded_video(str(tmp_path / "eval-episode-0.mp4"))
+    assert "XDG_RUNTIME_DIR" not in result.stdout + result.stderr
+    assert not [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error")]

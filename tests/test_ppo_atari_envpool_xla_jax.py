@@ -140,10 +140,15 @@ def test_short_pong_run_writes_every_tag(two_short_runs):
     scalars = read_scalars(two_short_runs[0][0])
     missing = ATARI_TAGS - set(scalars)
     assert not missing, missing
-    # every env reaches the 30-step limit 3 times in 96 steps (games of Pong last longer)
-    assert len(scalars["charts/episodic_return"]) >= 16
+    # every env reaches the 30-step limit 3 times in 96 steps (games of Pong last longer): at its steps
+    # 30, 61 and 92, the stale reset step after each limit counted in no game. Each game is logged at
+    # the global step of its own last step (8 envs a step), not at the end of its iteration.
+    game_steps = [step for step, _ in scalars["charts/episodic_return"]]
+    assert game_steps == [8 * step for step in (30, 61, 92) for _ in range(8)], game_steps
     assert all(length == 30 for _, length in scalars["charts/episodic_length"])
-    assert all(-21 <= ret <= 21 for _, ret in scalars["charts/episodic_return"])
+    # Whole-game sums of the unclipped reward: 30 agent steps (120 frames) of Pong end before the
+    # first point, so 0 exactly (a value, a length or a running sum across games would not be).
+    assert all(ret == 0 for _, ret in scalars["charts/episodic_return"])
     assert [step for step, _ in scalars["losses/value_loss"]] == [256, 512, 768]
     lrs = [lr for _, lr in scalars["charts/learning_rate"]]
     np.testing.assert_allclose(lrs, [2.5e-4, 2.5e-4 * 2 / 3, 2.5e-4 / 3], rtol=1e-5)
@@ -164,15 +169,22 @@ def test_compiles_once(two_short_runs):
 
 
 def test_saved_model_evaluates(two_short_runs):
+    """The saved model holds the trained weights (the final checkpoint's, not the initial ones) and
+    evaluates: whole games at the training run's 30-step limit."""
     from cleanrl_utils.evaluate import evaluate, load_checkpoint
 
     model_path = os.path.join(two_short_runs[0][0], f"{SCRIPT}.cleanrl_model")
     checkpoint = load_checkpoint(model_path)
     assert checkpoint["script"] == SCRIPT and checkpoint["args"]["env_id"] == "Pong-v5"
     assert checkpoint["args"]["max_episode_steps"] == 30 and checkpoint["args"]["target_kl"] is None
+    final = load_checkpoint(os.path.join(two_short_runs[0][0], "checkpoint.msgpack"))  # its params, as evaluate reads them
+    saved, trained = jax.tree.leaves(checkpoint["model_state_dict"]), jax.tree.leaves(final["model_state_dict"])
+    assert len(saved) == len(trained) and all(np.array_equal(a, b) for a, b in zip(saved, trained))
+    _, agent_key = jax.random.split(jax.random.PRNGKey(5))  # the script's, for --seed 5
+    initial = jax.tree.leaves(Agent(6).init(agent_key, np.zeros((1, 4, 84, 84), np.uint8)))
+    assert all(a.shape == b.shape and not np.array_equal(a, b) for a, b in zip(initial, saved))
     returns = evaluate(model_path, episodes=2, seed=1)
-    assert len(returns) == 2
-    assert all(-21 <= r <= 21 for r in returns)
+    assert returns == [0.0, 0.0]  # 30 agent steps of Pong end before the first point
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Tests of cleanrl/ppo_continuous_action.py (same-step autoreset, Gymnasium MuJoCo): its GAE against
-brute force, the in-script normalisers, a short real Hopper run that writes every tag with both
+brute force, its truncation bootstrap on a real Gymnasium truncation, the in-script normalisers
+against numpy and explicit per-episode sums, a short real Hopper run that writes every tag with both
 terminations and truncations, sync == async, the saved model (weights + normaliser) evaluated, bad
 input."""
 
@@ -7,13 +8,22 @@ import os
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gae_reference import random_same_step_rollout, same_step_reference
-from helpers import ATARI_TAGS, assert_one_error_line, only_run_dir, read_scalars, run_script
+from helpers import ATARI_TAGS, REPO, assert_one_error_line, only_run_dir, read_scalars, run_script
 
-from cleanrl.ppo_continuous_action import Agent, RewardScaler, RunningMeanStd, compute_gae_same_step, normalize_obs
+from cleanrl.ppo_continuous_action import (
+    Agent,
+    RewardScaler,
+    RunningMeanStd,
+    compute_gae_same_step,
+    make_env,
+    normalize_obs,
+    truncation_values,
+)
 
 SCRIPT = "ppo_continuous_action"
 
@@ -22,15 +32,73 @@ def test_compute_gae_same_step_matches_brute_force():
     rng = np.random.default_rng(5)
     for _ in range(200):
         num_steps, num_envs = int(rng.integers(1, 24)), int(rng.integers(1, 6))
-        values, last_values, final_values, rewards, term, trunc = random_same_step_rollout(
-            rng, num_steps, num_envs, rng.uniform(0, 0.3), rng.uniform(0, 0.3)
-        )
-        values_t, term_t, trunc_t = torch.as_tensor(values), torch.as_tensor(term), torch.as_tensor(trunc)
-        next_values = torch.cat([values_t[1:], torch.as_tensor(last_values)[None]], dim=0)
-        next_values = torch.where(trunc_t & ~term_t, torch.as_tensor(final_values), next_values)
-        advantages = compute_gae_same_step(values_t, next_values, torch.as_tensor(rewards), term_t, trunc_t, 0.99, 0.95)
-        expected = same_step_reference(values, last_values, final_values, rewards, term, trunc, 0.99, 0.95)
+        rollout = random_same_step_rollout(rng, num_steps, num_envs, rng.uniform(0, 0.3), rng.uniform(0, 0.3))
+        *parts, term, trunc = (torch.as_tensor(x) for x in rollout)
+        advantages = compute_gae_same_step(*parts, term, trunc, 0.99, 0.95)
+        expected = same_step_reference(*rollout, 0.99, 0.95)
         np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_truncation_bootstraps_the_value_of_the_real_final_observation():
+    """The script's own wiring on real Hopper with a 20-step limit (falls terminate, the limit
+    truncates), with the loop's normalisation: statistics updated with every observation on
+    arrival, the observation normalised with them. Each sub-env is replayed on a plain env with the
+    same seed, so the real last observation of every episode is known independently of
+    info["final_obs"]; the brute-force reference bootstraps its value at truncations. A wiring that
+    bootstrapped 0, or V(reset obs), there gives other advantages, and the test shows it."""
+    num_envs, seed, limit, num_steps, clip = 3, 1, 20, 150, 10.0
+    torch.manual_seed(0)
+    agent = Agent(11, 3)
+    obs_rms = RunningMeanStd((11,))
+
+    def value_of(raw_obs):
+        return agent.get_value(torch.from_numpy(normalize_obs(np.asarray(raw_obs), obs_rms, clip))).detach().numpy()
+
+    envs = make_env("Hopper-v5", num_envs, "sync", max_episode_steps=limit)
+    singles = [gym.make("Hopper-v5", max_episode_steps=limit) for _ in range(num_envs)]
+    obs, _ = envs.reset(seed=seed)
+    for i, env in enumerate(singles):
+        env.reset(seed=seed + i)
+    obs_rms.update(obs)
+    rng = np.random.default_rng(0)
+    values, rewards, terms, truncs, final_values = [], [], [], [], []
+    real_final_values = np.zeros((num_steps, num_envs))
+    for t in range(num_steps):
+        values.append(value_of(obs))
+        action = rng.uniform(-1, 1, (num_envs, 3)).astype(np.float32)
+        obs, reward, term, trunc, info = envs.step(action)
+        obs_rms.update(obs)
+        final_values.append(truncation_values(agent, info, term, trunc, obs_rms, clip).numpy())
+        for i, env in enumerate(singles):
+            last_obs, _, _, _, _ = env.step(action[i])
+            if term[i] or trunc[i]:
+                real_final_values[t, i] = value_of(last_obs[None])[0]
+                env.reset()
+        rewards.append(reward)
+        terms.append(term)
+        truncs.append(trunc)
+    last_values = value_of(obs)
+    envs.close()
+    values, rewards, terms, truncs = (np.array(x) for x in (values, rewards, terms, truncs))
+    truncated = truncs & ~terms
+    assert truncated.sum() >= 5 and terms.sum() >= 5, (truncated.sum(), terms.sum())
+    final_values = np.array(final_values)
+    np.testing.assert_allclose(final_values[truncated], real_final_values[truncated], rtol=1e-6)
+    assert (final_values[~truncated] == 0).all()
+
+    as_tensors = (torch.as_tensor(np.asarray(x)) for x in (values, last_values, final_values, rewards, terms, truncs))
+    advantages = compute_gae_same_step(*as_tensors, 0.99, 0.95).numpy()
+    expected = same_step_reference(values, last_values, real_final_values, rewards, terms, truncs, 0.99, 0.95)
+    np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-5)
+    # what the two classic mistakes would give, at the truncated rows
+    reset_values = np.concatenate([values[1:], last_values[None]])  # V(reset obs) after a truncation
+    for wrong in (np.zeros_like(real_final_values), reset_values):
+        wrong_advantages = same_step_reference(values, last_values, wrong, rewards, terms, truncs, 0.99, 0.95)
+        assert np.abs(wrong_advantages - advantages)[truncated].min() > 1e-3
+    # and the training loop calls this very wiring
+    source = open(os.path.join(REPO, "cleanrl", f"{SCRIPT}.py")).read()
+    assert "final_values[step] = truncation_values(agent, info, term, trunc, obs_rms, args.obs_clip)" in source
+    assert "values, last_values, final_values, rewards, terminations, truncations, args.gamma" in source
 
 
 def test_running_mean_std_equals_numpy_over_the_stream():
@@ -54,23 +122,31 @@ def test_running_mean_std_equals_numpy_over_the_stream():
     assert np.abs(normalize_obs(obs * 100, rms, 10.0)).max() == 10.0
 
 
-def test_reward_scaler_restarts_the_return_at_every_boundary():
-    """Same-step: the boundary step's reward still belongs to the ending episode's return; the
-    next step starts a fresh accumulator. The statistics see every step's return."""
-    gamma = 0.9
-    scaler = RewardScaler(2, gamma, clip=10.0)
-    rewards = np.array([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0]])
-    over = np.array([[False, False], [True, False], [False, False], [False, True]])
-    seen = []
-    expected_returns = np.zeros(2)
-    for reward, episode_over in zip(rewards, over):
-        expected_returns = expected_returns * gamma + reward
-        seen.append(expected_returns.copy())
-        scaled = scaler(reward, episode_over)
-        np.testing.assert_allclose(scaled, reward / np.sqrt(np.concatenate(seen).var() + 1e-8), rtol=1e-6)
-        expected_returns[episode_over] = 0.0
-        np.testing.assert_array_equal(scaler.returns, expected_returns)
-    assert scaler.return_rms.count == 8
+def test_reward_scaler_matches_brute_force_discounted_returns():
+    """The statistics are those of every step's per-env discounted return, each rebuilt from scratch
+    as an explicit sum over its episode's rewards so far. Same-step: the boundary step's reward
+    still belongs to the ending episode; the next step starts a new one. Rewards are divided by
+    the std of those returns and clipped."""
+    rng = np.random.default_rng(4)
+    num_envs, num_steps, gamma, clip = 5, 400, 0.97, 10.0
+    scaler = RewardScaler(num_envs, gamma, clip)
+    accumulated = []  # brute force: every discounted return the statistics must have seen
+    episode_rewards = [[] for _ in range(num_envs)]
+    for _ in range(num_steps):
+        over = rng.random(num_envs) < 0.05
+        reward = rng.normal(2.0, 5.0, num_envs).astype(np.float32)
+        scaled = scaler(reward, over)
+        for env in range(num_envs):
+            episode_rewards[env].append(float(reward[env]))
+            rewards = episode_rewards[env]
+            accumulated.append(sum(r * gamma ** (len(rewards) - 1 - k) for k, r in enumerate(rewards)))
+            if over[env]:
+                episode_rewards[env] = []
+        std = np.sqrt(np.var(accumulated) + 1e-8)
+        np.testing.assert_allclose(scaled, np.clip(reward / std, -clip, clip), rtol=1e-5, atol=1e-6)
+    assert scaler.return_rms.count == len(accumulated) == num_envs * num_steps
+    assert scaler.return_rms.mean == pytest.approx(np.mean(accumulated), rel=1e-9)
+    assert scaler.return_rms.var == pytest.approx(np.var(accumulated), rel=1e-9)
     # clipping: after 1000 zero returns one huge reward is ~31 stds away, clipped to +-10
     big = RewardScaler(2, gamma, clip=10.0)
     for _ in range(500):

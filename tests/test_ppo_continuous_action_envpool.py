@@ -331,9 +331,11 @@ def test_inverted_pendulum_learns(pendulum_run):
     assert final >= THRESHOLD, (final, returns[-40:])
 
 
-def test_saved_model_evaluates_like_training(pendulum_run, monkeypatch):
+def test_saved_model_evaluates_like_training(pendulum_run, monkeypatch, tmp_path):
     """The saved weights and normaliser statistics reproduce the training returns, sampled and
-    greedy (Gaussian mean); evaluation reads the statistics and never updates them."""
+    greedy (Gaussian mean); evaluation reads the statistics and never updates them. On the same
+    seeds, with the same saved statistics, the untrained network (the run's seed-1 initial
+    weights) falls within a few dozen steps: the returns come from the trained weights."""
     import cleanrl.ppo_continuous_action_envpool as script
     from cleanrl_utils.evaluate import evaluate
 
@@ -348,6 +350,14 @@ def test_saved_model_evaluates_like_training(pendulum_run, monkeypatch):
     assert len(sampled) == len(greedy) == 8
     assert np.mean(sampled) >= min(THRESHOLD, 0.8 * train_final), (sampled, train_final)
     assert np.mean(greedy) >= min(THRESHOLD, 0.8 * train_final), (greedy, train_final)
+    assert evaluate(model_path, episodes=8, seed=123, greedy=True, cuda=False) == greedy  # deterministic
+
+    saved = torch.load(model_path, weights_only=True)
+    torch.manual_seed(1)  # the script's seed: its own initial weights
+    untrained_path = str(tmp_path / "untrained.cleanrl_model")
+    torch.save(saved | {"model_state_dict": Agent(4, 1).state_dict()}, untrained_path)
+    untrained = evaluate(untrained_path, episodes=8, seed=123, greedy=True, cuda=False)
+    assert np.mean(untrained) < 50 and np.mean(greedy) > 10 * np.mean(untrained), (untrained, greedy)
 
 
 @pytest.mark.parametrize(
@@ -366,7 +376,7 @@ def test_bad_input_gives_one_clear_line(args, expected):
 @pytest.mark.parametrize(
     "overrides,expected",
     [
-        ({"env_id": "Pong-v5"}, ["'Pong-v5'", "MuJoCo"]),
+        ({"env_id": "Pong-v5"}, ["'Pong-v5'", "an EnvPool Atari environment", "MuJoCo ones, e.g. HalfCheetah-v4"]),
         ({"env_id": "hopper-v4"}, ["'hopper-v4'", "Hopper-v4"]),
         ({"num_steps": -5}, ["--num-steps", "-5"]),
         ({"update_epochs": 0}, ["--update-epochs", "0"]),
@@ -376,6 +386,11 @@ def test_bad_input_gives_one_clear_line(args, expected):
         ({"kl_adaptive_lr": -0.01}, ["--kl-adaptive-lr", "-0.01"]),
         ({"checkpoint_every": -1}, ["--checkpoint-every", "-1"]),
         ({"num_envs": 6, "num_steps": 5, "num_minibatches": 4}, ["--num-minibatches 4", "30"]),
+        ({"num_envs": 1, "num_steps": 8, "num_minibatches": 8}, ["--num-minibatches 8", "at least 2 rows"]),
+        ({"seed": -1}, ["--seed", "-1"]),
+        ({"seed": 2**32}, ["--seed", "4294967296"]),
+        ({"obs_clip": 0.0}, ["--obs-clip", "0"]),
+        ({"num_steps": 10**9, "total_timesteps": 10**12}, ["rollout storage", "GiB", "--num-envs or --num-steps"]),
     ],
 )
 def test_validate_args_names_the_bad_value(overrides, expected):
@@ -388,4 +403,13 @@ def test_validate_args_names_the_bad_value(overrides, expected):
     assert message.startswith("error: ") and "\n" not in message
     for fragment in expected:
         assert fragment in message, (fragment, message)
+    assert "Ant-v5" not in message  # an Atari id gets no MuJoCo "did you mean"
     validate_args(Args())  # the defaults pass
+
+
+def test_runtime_fields_are_not_flags():
+    import tyro
+
+    for field in ("--batch-size", "--minibatch-size", "--num-iterations"):
+        with pytest.raises(SystemExit):
+            tyro.cli(Args, args=[field, "5"])

@@ -1,7 +1,7 @@
 """The training progress line: one live line rewritten in place on a terminal, plain lines otherwise."""
 
 import pytest
-from helpers import run_in_terminal, run_script
+from helpers import only_run_dir, run_in_terminal, run_script
 
 # ~20k CartPole steps take several seconds, so a live line (every second) is rewritten several times.
 ARGS = ["--env-id", "CartPole-v1", "--total-timesteps", "20480"]
@@ -27,6 +27,7 @@ def test_pipe_gets_plain_lines(tmp_path):
     result = run_script("ppo", *ARGS, "--log-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "\r" not in result.stdout and "\x1b" not in result.stdout
-    lines = result.stdout.splitlines()
+    run_folder, *lines = result.stdout.splitlines()
+    assert run_folder == f"run folder: {only_run_dir(tmp_path)}"  # which folder the run writes to, first
     assert lines and all(line.startswith("step ") for line in lines)
     assert lines[-1].startswith("step 20,480/20,480")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -364,11 +365,17 @@ def test_restore_errors_are_one_line_and_say_what_does_not_fit(tmp_path, capsys)
     fresh = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
     fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=1e-3)
     run_dir = tmp_path / state["run_name"]
-    assert restore_torch(str(run_dir / "checkpoint.pt"), state, fresh, fresh_optimizer, 10) == (4, 1536)
+    assert restore_torch(
+        str(run_dir / "checkpoint.pt"), state, fresh, fresh_optimizer, SimpleNamespace(learning_rate=1e-3, num_iterations=10)
+    ) == (4, 1536)
     assert_same(model.state_dict(), fresh.state_dict())
     assert f"resumed {state['run_name']} at iteration 3 (global step 1,536)" in capsys.readouterr().out
-    restore_torch(str(run_dir / "checkpoint.pt"), state, fresh, fresh_optimizer, 3)
+    restore_torch(
+        str(run_dir / "checkpoint.pt"), state, fresh, fresh_optimizer, SimpleNamespace(learning_rate=7e-5, num_iterations=3)
+    )
     assert "already ran its 3 iterations; a larger --total-timesteps extends it" in capsys.readouterr().out
+    # a --learning-rate given on resume replaces the rate the optimiser state carried
+    assert [group["lr"] for group in fresh_optimizer.param_groups] == [7e-5]
 
 
 # ---- the arguments of a resumed run (a real command line, in a subprocess) ----

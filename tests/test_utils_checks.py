@@ -9,6 +9,7 @@ from cleanrl_utils.checks import (
     MAX_SEED,
     available_memory_bytes,
     check_envpool_id,
+    check_gymnasium_env,
     check_memory,
     check_positive,
     check_rollout_shape,
@@ -191,3 +192,32 @@ def test_an_id_nothing_like_any_gives_examples():
         lambda: check_envpool_id("xyzzy", "envpool.mujoco.gym"),
         "error: --env-id 'xyzzy' is not an EnvPool MuJoCo environment; e.g. HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4",
     )
+
+
+def test_gymnasium_env_spaces_and_close_matches():
+    observation_space, action_space = check_gymnasium_env("CartPole-v1", "CartPole-v1")
+    assert observation_space.shape == (4,) and action_space.n == 2
+    one_line_exit(
+        lambda: check_gymnasium_env("CartPol-v1", "CartPole-v1"),
+        "error: --env-id 'CartPol-v1' is not a registered Gymnasium environment; did you mean CartPole-v1, CartPole-v0, phys2d/CartPole-v1?",
+    )
+    one_line_exit(
+        lambda: check_gymnasium_env("Nothing-like-it-v9", "CartPole-v1, Acrobot-v1"),
+        "error: --env-id 'Nothing-like-it-v9' is not a registered Gymnasium environment; e.g. CartPole-v1, Acrobot-v1",
+    )
+
+
+def test_a_gymnasium_env_that_cannot_be_built_is_one_line():
+    import gymnasium as gym
+
+    def broken(**kwargs):
+        raise RuntimeError("no simulator here\nsecond line")
+
+    gym.register("BrokenForTest-v0", entry_point=broken)
+    try:
+        one_line_exit(
+            lambda: check_gymnasium_env("BrokenForTest-v0", "CartPole-v1"),
+            "error: --env-id 'BrokenForTest-v0' could not be created (RuntimeError: no simulator here)",
+        )
+    finally:
+        del gym.registry["BrokenForTest-v0"]
