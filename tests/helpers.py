@@ -42,6 +42,19 @@ def assert_one_error_line(result: subprocess.CompletedProcess, fragments: list[s
         assert fragment in lines[0], (fragment, lines[0])
 
 
+def one_line_exit(call, *fragments: str) -> str:
+    """In-process: `call()` exits with one line `error: ...` holding every fragment; returns the line."""
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_info:
+        call()
+    message = exit_info.value.code
+    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    return message
+
+
 def run_in_terminal(script: str, *args: str, timeout: float = 600) -> tuple[int, str, str]:
     """Run `cleanrl/<script>.py` with its stdout on a pseudo-terminal (sys.stdout.isatty() is True,
     as in an interactive shell) and its stderr in a file. Returns (returncode, stdout, stderr)."""

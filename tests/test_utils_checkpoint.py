@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import REPO
+from helpers import REPO, one_line_exit
 
 from cleanrl_utils.checkpoint import (
     COMMON_KEYS,
@@ -35,17 +35,6 @@ from cleanrl_utils.checkpoint import (
 )
 
 TORCH_KEYS = {"model_state_dict": dict, "optimizer_state_dict": dict}
-
-
-def one_line_exit(call, *fragments: str) -> str:
-    """`call()` exits with one line `error: ...` holding every fragment; returns the line."""
-    with pytest.raises(SystemExit) as exit_info:
-        call()
-    message = exit_info.value.code
-    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
-    for fragment in fragments:
-        assert fragment in message, (fragment, message)
-    return message
 
 
 # ---- written whole or not at all ----

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from helpers import REPO, assert_one_error_line, only_run_dir, run_script
+from helpers import REPO, assert_one_error_line, one_line_exit, only_run_dir, run_script
 
 import cleanrl_utils.evaluate as evaluate_module
 
@@ -50,16 +50,6 @@ def test_a_jax_training_checkpoint_evaluates_like_the_saved_model(jax_run):
     assert model.returncode == 0, model.stderr[-2000:]
     returns = [line for line in checkpoint.stdout.splitlines() if line.startswith("episode ")]
     assert len(returns) == 3 and returns == [line for line in model.stdout.splitlines() if line.startswith("episode ")]
-
-
-def one_line_exit(call, *fragments: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        call()
-    message = exit_info.value.code
-    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
-    for fragment in fragments:
-        assert fragment in message, (fragment, message)
-    return message
 
 
 def test_an_unwritable_video_dir_gives_one_line(jax_run, tmp_path, monkeypatch):

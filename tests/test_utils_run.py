@@ -14,7 +14,7 @@ import tty
 from types import SimpleNamespace
 
 import pytest
-from helpers import REPO, read_scalars
+from helpers import REPO, one_line_exit, read_scalars
 
 import cleanrl_utils.run as run_module
 from cleanrl_utils.run import (
@@ -26,16 +26,6 @@ from cleanrl_utils.run import (
     run_folder,
     torch_threads,
 )
-
-
-def one_line_exit(call, *fragments: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        call()
-    message = exit_info.value.code
-    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
-    for fragment in fragments:
-        assert fragment in message, (fragment, message)
-    return message
 
 
 def run_args(log_dir, env_id="CartPole-v1", **overrides):
