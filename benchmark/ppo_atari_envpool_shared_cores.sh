@@ -30,13 +30,13 @@ sweep() {  # $1: label, $2: steps, rest: env for the runs
   shift 2
   env "$@" $PY -m cleanrl_utils.benchmark --command "$PY cleanrl/ppo_atari_envpool.py --total-timesteps $steps --log-dir $OUT/$label" \
     --env-ids "$ENV_ID" --seeds 1 2 --workers 2 --log-dir "$OUT/$label/logs" >"$OUT/$label.log" 2>&1
-  local total=0 line=""
+  local total=0 each=()
   for log in "$OUT/$label"/logs/*.log; do
     sps=$(last_sps "$log")
     total=$((total + sps))
-    line="$line $sps +"
+    each+=("$sps")
   done
-  echo "$line = $total"
+  echo " $(IFS=+; echo "${each[*]}" | sed 's/+/ + /g') = $total"
 }
 split=$(sweep split "$STEPS" -u OMP_NUM_THREADS)
 echo "2 workers x 2 seeds, benchmark's thread split:    SPS${split}"

@@ -210,7 +210,7 @@ def test_async_matches_sync(sync_and_async_runs):
         assert sync[tag] == async_[tag], tag
 
 
-def test_saved_model_holds_the_normaliser_and_evaluates(sync_and_async_runs):
+def test_saved_model_holds_the_normaliser_and_evaluates(sync_and_async_runs, tmp_path):
     from cleanrl_utils.evaluate import evaluate
 
     model_path = os.path.join(sync_and_async_runs[0], f"{SCRIPT}.cleanrl_model")
@@ -220,6 +220,13 @@ def test_saved_model_holds_the_normaliser_and_evaluates(sync_and_async_runs):
     assert checkpoint["return_rms"]["count"] == 2048
     returns = evaluate(model_path, episodes=3, seed=1, greedy=True)
     assert len(returns) == 3 and all(np.isfinite(returns))
+    # Greedy play is deterministic, and it sees observations through the saved statistics: the same
+    # weights with identity statistics (an evaluator that forgot the normaliser) play differently.
+    assert evaluate(model_path, episodes=3, seed=1, greedy=True) == returns
+    identity = {"mean": torch.zeros(11, dtype=torch.float64), "var": torch.ones(11, dtype=torch.float64)}
+    unnormalised_path = tmp_path / "unnormalised.cleanrl_model"
+    torch.save(checkpoint | {"obs_rms": identity | {"count": checkpoint["obs_rms"]["count"]}}, unnormalised_path)
+    assert evaluate(str(unnormalised_path), episodes=3, seed=1, greedy=True) != returns
     result = subprocess.run(
         [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "2"],
         capture_output=True,
