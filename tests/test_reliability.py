@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -197,3 +198,33 @@ def test_a_log_dir_that_cannot_hold_runs_gives_one_line(tmp_path):
 def test_runtime_fields_are_not_flags():
     result = subprocess.run([sys.executable, SCRIPT, "--batch-size", "5"], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "--batch-size" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_checkpoint_written_before_the_helpers_still_resumes(tmp_path):
+    """tests/data holds a checkpoint written by ppo.py before the run infrastructure moved into
+    cleanrl_utils (commit 5771742: `--total-timesteps 2048 --num-envs 4 --num-steps 64
+    --max-episode-steps 30 --seed 3`, finished at iteration 8). Its args still carry the runtime
+    fields (batch_size, ...) that are no longer flags. It resumes, extended by four iterations, with
+    its saved envs, and finishes."""
+    run_dir = tmp_path / "CartPole-v1__ppo__3__1795341026"
+    run_dir.mkdir()
+    checkpoint_path = run_dir / "checkpoint.pt"
+    checkpoint_path.write_bytes((Path(__file__).parent / "data" / "ppo_checkpoint_before_thin_template.pt").read_bytes())
+    old = torch.load(checkpoint_path, weights_only=True)
+    assert old["iteration"] == 8 and old["args"]["batch_size"] == 256 and old["env_state"] is not None
+    script = os.path.join(REPO, "cleanrl", "ppo.py")
+    result = subprocess.run(
+        [sys.executable, script, "--resume", str(checkpoint_path), "--total-timesteps", "3072"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"resumed {run_dir.name} at iteration 8 (global step 2,048)" in result.stdout
+    new = torch.load(checkpoint_path, weights_only=True)
+    assert new["iteration"] == 12 and new["global_step"] == 3072
+    assert {k: v for k, v in new["args"].items() if k not in ("total_timesteps", "num_iterations", "resume")} == {
+        k: v for k, v in old["args"].items() if k not in ("total_timesteps", "num_iterations", "resume")
+    }
+    steps = [step for step, _ in read_scalars(str(run_dir))["charts/learning_rate"]]
+    assert steps == [256 * i for i in range(9, 13)]
