@@ -88,6 +88,17 @@ def run_in_terminal(script: str, *args: str, timeout: float = 600) -> tuple[int,
     return returncode, b"".join(chunks).decode(), stderr
 
 
+def wait_for_progress(process: subprocess.Popen) -> str:
+    """Read a run's stdout (a text pipe) up to its first progress line: training is under way. Returns what was read
+    ("run folder: ..." comes first); fails with the output if the run ends before it."""
+    head = ""
+    for line in process.stdout:
+        head += line
+        if line.startswith("step "):
+            return head
+    raise AssertionError(head + process.stderr.read())
+
+
 def run_interrupted(script: str, args: list[str], log_dir, process_group: bool = False, signum: int = signal.SIGINT):
     """Start a run, send SIGINT (or `signum`) once its first progress line is out. With process_group,
     the signal goes to the whole process group, as Ctrl-C in a terminal does (env subprocesses included)."""
@@ -99,12 +110,7 @@ def run_interrupted(script: str, args: list[str], log_dir, process_group: bool =
         cwd=REPO,
         start_new_session=process_group,
     )
-    head = ""
-    for line in process.stdout:  # "run folder: ..." comes first, then the progress lines
-        head += line
-        if line.startswith("step "):
-            break
-    assert head.endswith("\n") and head.splitlines()[-1].startswith("step "), head + process.stderr.read()
+    head = wait_for_progress(process)
     if process_group:
         os.killpg(process.pid, signum)
     else:

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, only_run_dir, read_scalars, run_interrupted, run_script
+from helpers import REPO, only_run_dir, read_scalars, run_interrupted, run_script, wait_for_progress
 
 from cleanrl.ppo_continuous_action_envpool import Agent, Args, RewardScaler, RunningMeanStd, ppo_loss
 from cleanrl_utils.checkpoint import load_torch, save_torch, set_torch_rng_states, torch_rng_states
@@ -231,11 +231,7 @@ def terminated_run(tmp_path_factory):
         text=True,
         cwd=folder_a,
     )
-    head = ""
-    for line in process.stdout:  # "run folder: ..." comes first, then the progress lines
-        head += line
-        if line.startswith("step "):
-            break
+    head = wait_for_progress(process)
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=300)
     return process.returncode, head + stdout, stderr, only_run_dir(folder_a / "runs")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, read_scalars
+from helpers import REPO, read_scalars, wait_for_progress
 
 SCRIPT = os.path.join(REPO, "cleanrl", "ppo_atari_envpool.py")
 # 8 envs x 32 steps per iteration; a total no machine finishes in a test, so a signal always lands mid-run
@@ -21,15 +21,6 @@ def start(args: list[str], cwd: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd
     )
-
-
-def wait_for_progress(process: subprocess.Popen) -> str:
-    head = ""
-    for line in process.stdout:
-        head += line
-        if line.startswith("step "):
-            return head
-    raise AssertionError(head + process.stderr.read())
 
 
 def error_lines(stderr: str) -> list[str]:
