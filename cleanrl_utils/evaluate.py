@@ -40,6 +40,9 @@ class EvalArgs:
     """where the videos go (default: `videos/` beside the model file)"""
     torch_threads: int = 0
     """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
+    epsilon: float = 0.05
+    """DQN models: the probability of a random action, as CleanRL evaluates DQN (--greedy plays with 0); the PPO
+    evaluators sample from their policy and ignore it"""
 
 
 def load_flax_checkpoint(model_path: str) -> dict | None:
@@ -272,6 +275,54 @@ def evaluate_continuous_action_envpool_xla_jax(
     return returns
 
 
+def epsilon_greedy(q_network, device: torch.device, num_actions: int, epsilon: float, seed: int, obs_dtype=torch.float32):
+    """act(obs) for the DQN scripts: the argmax of the Q-values, a uniformly random action with probability
+    `epsilon` (CleanRL plays DQN models with 0.05), coin flips seeded with `seed`."""
+    rng = np.random.default_rng(seed)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            greedy = q_network(torch.as_tensor(obs, device=device).to(obs_dtype)).argmax(dim=1).cpu().numpy()
+        explore = rng.random(len(obs)) < epsilon
+        return np.where(explore, rng.integers(0, num_actions, len(obs)), greedy)
+
+    return act
+
+
+def evaluate_dqn(
+    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None, epsilon: float = 0.05
+) -> list[float]:
+    """Epsilon-greedy play of cleanrl/dqn.py's Q-network (epsilon 0 with --greedy)."""
+    script = importlib.import_module("cleanrl.dqn")
+    train_args = checkpoint["args"]
+    envs = script.make_env(train_args["env_id"], episodes, "sync", train_args["max_episode_steps"])
+    num_actions = int(envs.single_action_space.n)
+    q_network = script.QNetwork(envs.single_observation_space.shape[0], num_actions)
+    q_network.load_state_dict(checkpoint["model_state_dict"])
+    q_network.to(device).eval()
+    act = epsilon_greedy(q_network, device, num_actions, 0.0 if greedy else epsilon, seed)
+    returns = play(envs, act, episodes, reset_seed=seed)
+    if video_dir:
+        record_gymnasium_episodes(train_args["env_id"], act, video_dir, episodes, seed)
+    return returns
+
+
+def evaluate_dqn_atari_envpool(
+    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None, epsilon: float = 0.05
+) -> list[float]:
+    """Epsilon-greedy play of cleanrl/dqn_atari_envpool.py's Q-network over whole games (epsilon 0 with --greedy)."""
+    script = importlib.import_module("cleanrl.dqn_atari_envpool")
+    train_args = checkpoint["args"]
+    render_mode = "rgb_array" if video_dir else None
+    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    num_actions = int(envs.single_action_space.n)
+    q_network = script.QNetwork(num_actions, bf16=train_args["bf16"], channels_last=train_args["channels_last"])
+    q_network.load_state_dict(checkpoint["model_state_dict"])
+    q_network.to(device).eval()
+    act = epsilon_greedy(q_network, device, num_actions, 0.0 if greedy else epsilon, seed, obs_dtype=torch.uint8)
+    return play(envs, act, episodes, atari=True, video_dir=video_dir)
+
+
 EVALUATORS = {
     "ppo_continuous_action_envpool_xla_jax": evaluate_continuous_action_envpool_xla_jax,
     "ppo_atari_envpool_xla_jax": evaluate_atari_envpool_xla_jax,
@@ -279,7 +330,11 @@ EVALUATORS = {
     "ppo": evaluate_ppo,
     "ppo_continuous_action": evaluate_ppo_continuous_action,
     "ppo_continuous_action_envpool": evaluate_continuous_action_envpool,
+    "dqn": evaluate_dqn,
+    "dqn_atari_envpool": evaluate_dqn_atari_envpool,
 }
+# The epsilon-greedy evaluators take --epsilon; the others sample from (or take the mode of) their policy.
+EPSILON_GREEDY = {"dqn", "dqn_atari_envpool"}
 
 
 def evaluate(
@@ -289,15 +344,19 @@ def evaluate(
     greedy: bool = False,
     cuda: bool = True,
     video_dir: str | None = None,
+    epsilon: float = 0.05,
 ) -> list[float]:
     if episodes <= 0:
         sys.exit(f"error: --episodes must be a positive integer, got {episodes}")
+    if not 0 <= epsilon <= 1:
+        sys.exit(f"error: --epsilon must be in [0, 1] (a probability), got {epsilon}")
     checkpoint = load_checkpoint(model_path)
     script = checkpoint["script"]
     if script not in EVALUATORS:
         sys.exit(f"error: no evaluator for script {script!r}; known: {', '.join(sorted(EVALUATORS))}")
     device = torch.device("cuda" if torch.cuda.is_available() and cuda else "cpu")
-    return EVALUATORS[script](checkpoint, episodes, seed, device, greedy, video_dir)
+    exploration = {"epsilon": epsilon} if script in EPSILON_GREEDY else {}
+    return EVALUATORS[script](checkpoint, episodes, seed, device, greedy, video_dir, **exploration)
 
 
 def main() -> None:
@@ -309,7 +368,7 @@ def main() -> None:
     if args.capture_video:
         video_dir = args.video_dir or os.path.join(os.path.dirname(os.path.abspath(args.model_path)), "videos")
         check_writable_dir(video_dir, "--video-dir")
-    returns = evaluate(args.model_path, args.episodes, args.seed, args.greedy, args.cuda, video_dir)
+    returns = evaluate(args.model_path, args.episodes, args.seed, args.greedy, args.cuda, video_dir, epsilon=args.epsilon)
     for i, episodic_return in enumerate(returns):
         print(f"episode {i}: return {episodic_return:.2f}")
     if video_dir:

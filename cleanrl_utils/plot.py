@@ -10,7 +10,7 @@ grouped under its real id.
 
 Seeds are the seeds in the runs' own hyperparameters, not folders: of two finished runs with the
 same script, env and seed (a sweep run twice) the newest is kept and the other is named as dropped.
-A run that did not finish (its last step short of its num_iterations x batch_size: interrupted,
+A run that did not finish (its last step short of num_iterations x num_envs [x num_steps]: interrupted,
 diverged, or still running) is left out and named, unless --include-unfinished. What was dropped
 or left out is printed and written under the table in summary.md.
 
@@ -125,9 +125,12 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
         else:
             notes.append(f"skipped {name}: no hyperparameters table and not named <env>__<script>__<seed>__<time>")
             continue
-        num_iterations, batch_size = _int(hyperparameters.get("num_iterations")), _int(hyperparameters.get("batch_size"))
-        if num_iterations and batch_size:
-            expected_steps = num_iterations * batch_size
+        # An iteration is a rollout of num_envs x num_steps (on-policy scripts) or one step of every env (off-policy
+        # scripts, which have no num_steps; their batch_size is the replay minibatch).
+        num_iterations, num_envs = _int(hyperparameters.get("num_iterations")), _int(hyperparameters.get("num_envs"))
+        num_steps = _int(hyperparameters.get("num_steps")) if "num_steps" in hyperparameters else 1
+        if num_iterations and num_envs and num_steps:
+            expected_steps = num_iterations * num_envs * num_steps
         else:
             expected_steps = _int(hyperparameters.get("total_timesteps"))
         events = accumulator.Scalars(tag)

@@ -276,6 +276,7 @@ def write_script_run(log_dir, env_id, seed, returns, last_step, total, wall_star
         exp_name=exp_name, seed=seed, env_id=env_id, log_dir=str(log_dir), track=False, total_timesteps=total
     )
     args.batch_size, args.num_iterations = batch_size, total // batch_size
+    args.num_envs, args.num_steps = 4, batch_size // 4
     run_name, run_dir = run_folder(args)
     writer = make_writer(args, run_name, run_dir)
     steps = np.linspace(batch_size, last_step, len(returns)).astype(int)
@@ -449,3 +450,16 @@ def test_a_real_sweep_keeps_to_its_folder(tmp_path):
     assert len(run_dirs) == 2
     assert sorted(os.listdir(sweep / "logs")) == ["ppo__CartPole-v1__1.log", "ppo__CartPole-v1__2.log"]
     assert "| ppo | CartPole-v1 | 2 | 1,024 |" in (sweep / "plots" / "summary.md").read_text()
+
+
+def test_an_off_policy_run_is_finished_at_num_iterations_x_num_envs(tmp_path):
+    """DQN-style hyperparameters: an iteration is one step of every env (no num_steps), and batch_size is the
+    replay minibatch, which says nothing about the run's length."""
+    args = SimpleNamespace(env_id="Breakout-v5", exp_name="dqn_atari_envpool", seed=1, track=False, total_timesteps=1000)
+    args.num_envs, args.batch_size, args.num_iterations = 2, 32, 500
+    writer = make_writer(args, "run", str(tmp_path / "Breakout-v5__dqn_atari_envpool__1__1700000000"))
+    for step in range(100, 1100, 100):
+        writer.add_scalar("charts/episodic_return", 1.0, step)
+    writer.close()
+    (run,) = load_runs(str(tmp_path), "charts/episodic_return")
+    assert (run.expected_steps, run.last_step, run.finished) == (1000, 1000, True)

@@ -1,0 +1,487 @@
+# DQN for Atari through EnvPool, with a replay buffer that is right under next-step autoreset.
+# Hyperparameters: CleanRL's dqn_atari defaults (Nature DQN, Mnih et al. 2015, with Adam).
+# Autoreset semantics: "The Value of Autoresetting" (Gymnasium), next-step mode.
+# Words: with episodic_life an *episode* ends at every life loss (the TD targets see those); a *game* is
+# all lives, and charts/episodic_return reports whole games.
+from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stopped_line
+
+if __name__ == "__main__":
+    exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
+
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+
+from cleanrl_utils.checkpoint import (
+    MAY_CHANGE_ON_RESUME,
+    load_torch,
+    restore_torch,
+    resume_args,
+    resumed_env_seed,
+    save_torch,
+    torch_rng_states,
+)
+from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_run_args
+from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
+from cleanrl_utils.video import VideoJobs
+
+SCRIPT = "dqn_atari_envpool"
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (torch, numpy, python and the EnvPool simulators)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model weights and args to `runs/{run_name}/{exp_name}.cleanrl_model`"""
+    log_dir: str = "runs"
+    """the folder the run's tensorboard events (and saved model) go under"""
+    checkpoint_every: int = 0
+    """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (one iteration = one step
+    of every env; 0: only at Ctrl-C and at the end)"""
+    checkpoint_buffer: bool = True
+    """put the replay buffer in the checkpoint (1M transitions: about 7 GB on disk); with --no-checkpoint-buffer a
+    resumed run refills an empty buffer for --learning-starts steps before it trains again"""
+    resume: str | None = None
+    """continue from a checkpoint: same run folder, args, step counter, epsilon schedule, Q-networks, Adam, RNG
+    states and replay buffer"""
+    capture_video: bool = False
+    """film an evaluation game to `runs/{run_name}/videos/` every --video-every iterations and at the end, in a
+    separate process (the training envs never render)"""
+    video_every: int = 250_000
+    """iterations between evaluation videos with --capture-video"""
+
+    # Algorithm specific arguments (CleanRL's dqn_atari)
+    env_id: str = "Breakout-v5"
+    """the id of the environment (any EnvPool Atari id, e.g. Pong-v5, Breakout-v5, BeamRider-v5)"""
+    total_timesteps: int = 10_000_000
+    """total timesteps of the experiments (agent steps, counting every env; frames = 4x)"""
+    learning_rate: float = 1e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 1
+    """the number of parallel game environments (steps, train frequency and target updates count every env)"""
+    buffer_size: int = 1_000_000
+    """the replay memory buffer size (transitions, split evenly over the envs)"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 1.0
+    """the target network update rate (1.0: hard copy)"""
+    target_network_frequency: int = 1000
+    """the timesteps it takes to update the target network"""
+    batch_size: int = 32
+    """the batch size of sample from the reply memory"""
+    start_e: float = 1.0
+    """the starting epsilon for exploration"""
+    end_e: float = 0.01
+    """the ending epsilon for exploration"""
+    exploration_fraction: float = 0.10
+    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    learning_starts: int = 80_000
+    """timestep to start learning"""
+    train_frequency: int = 4
+    """the frequency of training (one gradient step every N timesteps)"""
+    max_episode_steps: int = 27_000
+    """time limit per game in agent steps (27,000 = 108,000 frames); reaching it truncates"""
+
+    # Speed levers: each keeps the learning curve (see README); `--no-<flag>` turns one off
+    bf16: bool = True
+    """run the network trunk under bfloat16 autocast (CPU with AMX, or CUDA); the Q-value head stays fp32"""
+    channels_last: bool = True
+    """use channels-last memory format for the convolutions"""
+    uint8_obs: bool = True
+    """hand sampled batches to the network as uint8, scaled to [0, 1] inside it (else as float32, CleanRL's way)"""
+    torch_threads: int = 0
+    """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
+
+    # to be filled in runtime (not flags)
+    num_iterations: tyro.conf.Suppress[int] = 0
+
+
+def validate_args(args: Args) -> None:
+    """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
+    check_run_args(args)
+    check_positive(args, "num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency")
+    check_positive(args, "max_episode_steps")
+    for name in ("start_e", "end_e"):
+        if not 0 <= getattr(args, name) <= 1:
+            sys.exit(f"error: --{name.replace('_', '-')} must be in [0, 1] (a probability), got {getattr(args, name)}")
+    if args.end_e > args.start_e:
+        sys.exit(f"error: --end-e {args.end_e} must be <= --start-e {args.start_e} (epsilon decays from start to end)")
+    if not 0 < args.exploration_fraction <= 1:
+        sys.exit(f"error: --exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
+    if not 0 < args.tau <= 1:
+        sys.exit(f"error: --tau must be in (0, 1] (1 = copy the weights), got {args.tau}")
+    if args.buffer_size < args.batch_size:
+        sys.exit(f"error: --buffer-size {args.buffer_size} is smaller than --batch-size {args.batch_size}")
+    if args.buffer_size // args.num_envs < 16:
+        sys.exit(
+            f"error: --buffer-size {args.buffer_size} leaves fewer than 16 transitions per env (--num-envs {args.num_envs})"
+        )
+    if not 0 <= args.learning_starts < args.total_timesteps:
+        sys.exit(f"error: --learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps})")
+    if args.total_timesteps < args.num_envs:
+        sys.exit(f"error: --total-timesteps {args.total_timesteps} is smaller than one step of --num-envs {args.num_envs}")
+    check_envpool_id(args.env_id, "envpool.atari")
+    check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size")
+
+
+def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000, render_mode: str | None = None):
+    """EnvPool Atari with the standard DeepMind preprocessing (84x84 grey, 4-frame stack,
+    frame-skip 4, up to 30 no-ops, fire on reset), life loss as termination and clipped rewards.
+    `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
+    `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
+    return envpool.make(
+        env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        seed=seed,
+        episodic_life=True,
+        reward_clip=True,
+        max_episode_steps=max_episode_steps,
+        render_mode=render_mode,
+    )
+
+
+class ReplayBuffer:
+    """Transitions of next-step autoreset envs, each frame stored once.
+
+    Memory: EnvPool returns 4-frame stacks, and storing obs and next obs whole costs 2 x 28 KB per transition
+    (56 GB for 1M). Consecutive stacks of one env share three frames, so each env keeps a ring of single 84x84
+    frames, one per env step, and a stack is rebuilt from the ring at sample time (7 KB per transition, 7 GB for
+    1M). The stacking rule is EnvPool's: a game starts with its first frame repeated 4 times (`game_start`);
+    after a life loss the frames run on, as the emulator does. The tests check the rebuilt stacks against
+    EnvPool's own, bit for bit.
+
+    Autoreset: the step after a boundary is stale (its action was ignored, its reward is 0, it leads to the reset
+    observation), so its transition is never sampled (`valid` False); its frame is kept, as the real last
+    observation of the transition before it. A termination (life loss included) stores done = 1; a truncation
+    stores done = 0 and bootstraps from that real last observation.
+
+    Ring slot `t % capacity` of env e holds the frame of the env's t-th observation and the transition that
+    leaves from it. A transition t can be sampled while frames t-3 .. t+1 are all still in the ring."""
+
+    STACK = 4
+
+    def __init__(self, buffer_size: int, num_envs: int, frame_shape: tuple[int, int] = (84, 84)):
+        self.capacity, self.num_envs = buffer_size // num_envs, num_envs
+        shape = (self.capacity, num_envs)
+        self.frames = np.zeros(shape + frame_shape, dtype=np.uint8)
+        self.actions = np.zeros(shape, dtype=np.uint8)  # Atari has at most 18 actions
+        self.rewards = np.zeros(shape, dtype=np.float32)
+        self.dones = np.zeros(shape, dtype=bool)
+        self.valid = np.zeros(shape, dtype=bool)
+        self.game_start = np.zeros(shape, dtype=bool)
+        self.num_obs = 0  # observations written per env (all envs step together)
+        self.env_steps = 0  # transitions added, over all envs, stale ones included
+
+    @staticmethod
+    def bytes_needed(buffer_size: int, frame_bytes: int = 84 * 84) -> int:
+        return buffer_size * (frame_bytes + 1 + 4 + 3)
+
+    def start_games(self, obs: np.ndarray) -> None:
+        """Observations that start new games: after `envs.reset()`, also in a resumed run (whose last saved
+        observation keeps no transition)."""
+        self._write_obs(obs, np.ones(self.num_envs, dtype=bool))
+
+    def add(self, actions, rewards, terminations, stale, next_obs, next_starts_game) -> None:
+        """The step from the last written observation: its transition (`stale` ones are kept out of sampling),
+        then the observation the step returned (`next_starts_game`: a reset game, its frames repeat)."""
+        slot = (self.num_obs - 1) % self.capacity
+        self.actions[slot], self.rewards[slot], self.dones[slot] = actions, rewards, terminations
+        self.valid[slot] = ~stale
+        self.env_steps += self.num_envs
+        self._write_obs(next_obs, next_starts_game)
+
+    def _write_obs(self, obs: np.ndarray, starts_game: np.ndarray) -> None:
+        slot = self.num_obs % self.capacity
+        self.frames[slot] = obs[:, -1]  # the newest frame; the older three are in the ring already
+        self.game_start[slot] = starts_game
+        self.valid[slot] = False  # no transition leaves from it yet
+        self.num_obs += 1
+
+    def sample_indices(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(t, env) of `batch_size` transitions drawn uniformly from the valid ones (numpy's global RNG)."""
+        low = max(0, self.num_obs - self.capacity + self.STACK - 1)  # frames t-3.. not yet overwritten
+        high = self.num_obs - 1  # the newest observation has no transition yet
+        t = np.random.randint(low, high, batch_size)
+        env = np.random.randint(0, self.num_envs, batch_size)
+        redraw = ~self.valid[t % self.capacity, env]
+        while redraw.any():  # stale rows are about one per life: a redraw is rare and cheap
+            t[redraw] = np.random.randint(low, high, redraw.sum())
+            env[redraw] = np.random.randint(0, self.num_envs, redraw.sum())
+            redraw = ~self.valid[t % self.capacity, env]
+        return t, env
+
+    def stacks(self, t: np.ndarray, env: np.ndarray) -> np.ndarray:
+        """(B, 4, 84, 84): the observations t of envs `env`, rebuilt from the frame rings."""
+        index = t[:, None] + np.arange(1 - self.STACK, 1)  # oldest .. newest frame of each stack
+        for k in range(self.STACK - 2, -1, -1):  # before a game's first frame, that frame repeats
+            starts = self.game_start[index[:, k + 1] % self.capacity, env]
+            index[:, k] = np.where(starts, index[:, k + 1], index[:, k])
+        return self.frames[index % self.capacity, env[:, None]]
+
+    def sample(self, batch_size: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """(obs, actions, rewards, next_obs, dones) of a uniform batch, on `device`; obs stay uint8."""
+        t, env = self.sample_indices(batch_size)
+        slot = t % self.capacity
+        batch = (self.stacks(t, env), self.actions[slot, env], self.rewards[slot, env], self.stacks(t + 1, env))
+        batch += (self.dones[slot, env],)
+        return tuple(torch.from_numpy(x).to(device, non_blocking=True) for x in batch)
+
+    def state_dict(self) -> dict:
+        arrays = ("frames", "actions", "rewards", "dones", "valid", "game_start")
+        return {name: torch.from_numpy(getattr(self, name)) for name in arrays} | dict(
+            num_obs=self.num_obs, env_steps=self.env_steps
+        )
+
+    def load_state_dict(self, state: dict) -> None:
+        """Takes over a saved buffer's arrays, without a copy: a resumed run holds one buffer in memory, not two (the
+        fresh zero arrays were never touched, so they never took memory). An empty dict (a checkpoint saved with
+        --no-checkpoint-buffer) leaves the buffer empty. ValueError if a saved buffer does not fit this one."""
+        if not state:
+            return
+        arrays = {}
+        for name in ("frames", "actions", "rewards", "dones", "valid", "game_start"):
+            saved, array = state[name].numpy(), getattr(self, name)
+            if saved.shape != array.shape or saved.dtype != array.dtype:
+                raise ValueError(f"saved {name} {saved.dtype}{list(saved.shape)}, this run's {array.dtype}{list(array.shape)}")
+            arrays[name] = saved
+        for name, saved in arrays.items():
+            setattr(self, name, saved)
+        self.num_obs, self.env_steps = int(state["num_obs"]), int(state["env_steps"])
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class QNetwork(nn.Module):
+    """Nature CNN trunk and a linear Q-value head, one output per action."""
+
+    def __init__(self, num_actions: int, bf16: bool = False, channels_last: bool = False):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(64 * 7 * 7, 512),
+            nn.ReLU(),
+        )
+        self.q_head = nn.Linear(512, num_actions)
+        self.bf16, self.channels_last = bf16, channels_last
+        if channels_last:
+            self.network.to(memory_format=torch.channels_last)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        # Observations arrive as uint8 0..255 (float32 with --no-uint8-obs). Integers up to 256 are exact in bf16,
+        # so under --bf16 we cast once, straight to the compute dtype and layout.
+        dtype = torch.bfloat16 if self.bf16 else torch.float32
+        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        x = obs.to(dtype=dtype, memory_format=memory_format) * (1.0 / 255.0)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            hidden = self.network(x)
+        # The head runs in fp32: the TD error is a small difference of two Q-values near 1 / (1 - gamma) = 100,
+        # which bf16's 8-bit mantissa (steps of 0.5 there) would swamp.
+        return self.q_head(hidden.float())
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
+    """From start_e at t = 0 down to end_e at t = duration, then end_e (validate_args: end_e <= start_e)."""
+    slope = (end_e - start_e) / duration
+    return max(slope * t + start_e, end_e)
+
+
+def td_loss(q_network: QNetwork, target_network: QNetwork, obs, actions, rewards, next_obs, dones, gamma: float):
+    """MSE between Q(s, a) and r + gamma * max_a' Q_target(s', a'), with no bootstrap where done (a termination,
+    life loss included). A truncated transition has done = 0 and s' its real last observation: it bootstraps.
+    Returns (loss, Q(s, a))."""
+    with torch.no_grad():
+        target_max = target_network(next_obs).max(dim=1).values
+        td_target = rewards + gamma * target_max * (~dones).float()
+    q_values = q_network(obs).gather(1, actions.long()[:, None]).squeeze(1)
+    return F.mse_loss(q_values, td_target), q_values.detach()
+
+
+def all_finite(q_network: nn.Module, loss: torch.Tensor | None) -> bool:
+    """One host sync: the last loss (if any) and every parameter are finite."""
+    checks = [torch.isfinite(p).all() for p in q_network.parameters()]
+    if loss is not None:
+        checks.append(torch.isfinite(loss))
+    return bool(torch.stack(checks).all())
+
+
+def updates_due(global_step: int, num_envs: int, every: int) -> int:
+    """How many multiples of `every` the global step passed in its last increment of `num_envs`: the gradient
+    steps (or target updates) due now, so that their rate per env step does not depend on --num-envs."""
+    return global_step // every - (global_step - num_envs) // every
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    keys = dict(target_state_dict=dict, replay_buffer=dict)  # besides weights, Adam, counters
+    checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
+    if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
+        args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
+    validate_args(args)
+    args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
+    run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.set_num_threads(torch_threads(args.torch_threads))
+
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    # env setup. EnvPool cannot snapshot its games: a resumed run plays new ones (new seeds); unfinished ones go unlogged.
+    env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
+    envs = make_env(args.env_id, args.num_envs, env_seed, args.max_episode_steps)
+    num_actions = envs.single_action_space.n
+
+    q_network = QNetwork(num_actions, bf16=args.bf16, channels_last=args.channels_last).to(device)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    target_network = QNetwork(num_actions, bf16=args.bf16, channels_last=args.channels_last).to(device)
+    target_network.load_state_dict(q_network.state_dict())
+    rb = ReplayBuffer(args.buffer_size, args.num_envs)
+    start_iteration, global_step = 1, 0
+    if checkpoint:  # weights, Adam, RNG states and replay buffer (one line if they do not fit); says where it resumes
+        extra = {"target_state_dict": target_network, "replay_buffer": rb}
+        start_iteration, global_step = restore_torch(args.resume, checkpoint, q_network, optimizer, args, extra=extra)
+        print(f"replay buffer: {rb.env_steps:,} env steps restored" if rb.env_steps else "replay buffer: refilled from empty")
+    writer = make_writer(args, run_name, run_dir, checkpoint["global_step"] if checkpoint else None)  # after every check
+
+    def model_file(path: str) -> str:
+        """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
+        torch.save({"script": SCRIPT, "model_state_dict": q_network.state_dict(), "args": vars(args)}, path)
+        return path
+
+    def training_state(iteration: int) -> dict:
+        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        weights = dict(model_state_dict=q_network.state_dict(), target_state_dict=target_network.state_dict())
+        weights |= dict(optimizer_state_dict=optimizer.state_dict())
+        replay = dict(replay_buffer=rb.state_dict() if args.checkpoint_buffer else {})
+        return counters | weights | {"rng": torch_rng_states()} | replay
+
+    # Episode statistics per *game* (not per life), from the unclipped reward.
+    episode_returns = np.zeros(args.num_envs, dtype=np.float64)
+    recent_returns: list[float] = []
+
+    progress = ProgressLine(global_step, args.num_iterations * args.num_envs, "games")  # and SPS from here
+    videos = VideoJobs(run_dir, model_file)
+    stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
+    obs, _ = envs.reset()
+    rb.start_games(obs)
+    # The step before the first one is not a boundary: the first transition of every env is valid.
+    prev_episode_over = np.zeros(args.num_envs, dtype=bool)
+    obs_dtype = torch.uint8 if args.uint8_obs else torch.float32
+    loss = q_values = None
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        # ALGO LOGIC: epsilon-greedy, a coin flip per env from numpy's global RNG (saved in checkpoints). Both draws
+        # are made every step, so the RNG stream does not depend on the flips; the network runs only if needed.
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        explore = np.random.random(args.num_envs) < epsilon
+        actions = np.random.randint(num_actions, size=args.num_envs)
+        if not explore.all():
+            with torch.no_grad():
+                greedy = q_network(torch.from_numpy(obs).to(device, obs_dtype)).argmax(dim=1).cpu().numpy()
+            actions = np.where(explore, actions, greedy)
+        global_step += args.num_envs
+
+        # TRY NOT TO MODIFY: execute the game and log data. On a stale step (the one after a boundary) EnvPool
+        # ignores the action and returns the reset observation with reward 0: the buffer keeps it out of sampling.
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        # A reset game (game over or time limit) restarts EnvPool's step counter; a life loss does not.
+        rb.add(actions, rewards, terminations, prev_episode_over, next_obs, infos["elapsed_step"] == 0)
+        prev_episode_over = terminations | truncations
+        obs = next_obs
+
+        # A game ends at game over (info["terminated"]; `terminations` is also set on every life loss) or at
+        # the time limit. Its length is EnvPool's elapsed_step, which does not count stale steps.
+        episode_returns += infos["reward"]
+        game_over = infos["terminated"].astype(bool) | truncations
+        for i in np.flatnonzero(game_over):
+            writer.add_scalar("charts/episodic_return", episode_returns[i], global_step)
+            writer.add_scalar("charts/episodic_length", infos["elapsed_step"][i], global_step)
+            recent_returns.append(float(episode_returns[i]))
+        episode_returns[game_over] = 0.0
+
+        # ALGO LOGIC: training. `rb.env_steps` equals global_step, except in a run resumed without its buffer,
+        # which refills --learning-starts steps first.
+        if rb.env_steps > args.learning_starts:
+            for _ in range(updates_due(global_step, args.num_envs, args.train_frequency)):
+                loss, q_values = td_loss(q_network, target_network, *rb.sample(args.batch_size, device), args.gamma)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+            # update the target network each time global_step passes a multiple of --target-network-frequency
+            if updates_due(global_step, args.num_envs, args.target_network_frequency):
+                with torch.no_grad():
+                    for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                        target_param.copy_(args.tau * param + (1.0 - args.tau) * target_param)  # tau = 1: exact copy
+
+        # Read the stop flag once: a signal landing between two reads must not skip the save.
+        stopping = stop.requested
+        last = iteration == args.num_iterations or stopping
+        saving = checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping)
+        sps = progress.sps(global_step)
+        logging = updates_due(global_step, args.num_envs, 1000)  # every 1,000 steps: no per-step host sync
+        if logging and loss is not None:
+            writer.add_scalar("losses/td_loss", loss.item(), global_step)
+            writer.add_scalar("losses/q_values", q_values.mean().item(), global_step)
+        if logging:
+            writer.add_scalar("charts/epsilon", epsilon, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+        if logging or saving:  # a diverged run must never be saved
+            exit_if_diverged(
+                all_finite(q_network, loss), iteration, global_step, checkpoint_path, writer, progress, args.resume
+            )
+        if saving:  # with the buffer this is GBs: say what it cost
+            save_start = time.time()
+            save_torch(checkpoint_path, training_state(iteration))
+            if args.checkpoint_buffer and (seconds := time.time() - save_start) > 1:
+                progress.end_line()
+                print(f"checkpoint: {os.path.getsize(checkpoint_path) / 1e9:.2f} GB written in {seconds:.1f} s", flush=True)
+        if args.capture_video and (iteration % args.video_every == 0 or last):
+            videos.film(iteration, final=last)  # at most one evaluator at a time
+        progress.show(global_step, sps, recent_returns, final=last)
+        if stopping:
+            print(stopped_line(iteration, checkpoint_path))
+            break
+
+    if args.save_model:
+        print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
+    videos.finish()
+    envs.close()
+    writer.close()

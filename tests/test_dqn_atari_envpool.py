@@ -1,0 +1,294 @@
+"""Tests of cleanrl/dqn_atari_envpool.py: the frame-deduplicated replay buffer against a brute-force
+per-episode reconstruction of real EnvPool games (life losses, game overs, truncations, ring wrap-around),
+the TD target, short real runs (tags, determinism, checkpoint with and without the buffer, resume), the
+saved model evaluated and filmed, and bad input."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from helpers import assert_one_error_line, decoded_video, only_run_dir, read_scalars, run_script
+
+from cleanrl.dqn_atari_envpool import QNetwork, ReplayBuffer, make_env, td_loss, updates_due
+
+SCRIPT = "dqn_atari_envpool"
+
+
+def play_random(num_envs: int, steps: int, capacity: int, max_episode_steps: int = 140, seed: int = 3):
+    """Random play in real EnvPool Breakout, fed to a ReplayBuffer the way the script feeds it. Returns the
+    buffer and the raw record: every observation stack EnvPool returned (T+1, N, 4, 84, 84) and every step's
+    action, reward, terminated, truncated and game-over flag (T, N)."""
+    envs = make_env("Breakout-v5", num_envs, seed, max_episode_steps)
+    rb = ReplayBuffer(capacity * num_envs, num_envs)
+    obs, _ = envs.reset()
+    rb.start_games(obs)
+    rng = np.random.default_rng(seed)
+    record = {"obs": [obs.copy()], "actions": [], "rewards": [], "term": [], "trunc": [], "game_over": []}
+    prev_episode_over = np.zeros(num_envs, dtype=bool)
+    for _ in range(steps):
+        actions = rng.integers(0, envs.single_action_space.n, num_envs)
+        next_obs, rewards, term, trunc, info = envs.step(actions)
+        rb.add(actions, rewards, term, prev_episode_over, next_obs, info["elapsed_step"] == 0)
+        prev_episode_over = term | trunc
+        for name, value in (("obs", next_obs), ("actions", actions), ("rewards", rewards), ("term", term), ("trunc", trunc)):
+            record[name].append(np.array(value, copy=True))
+        record["game_over"].append(info["terminated"].astype(bool))
+    envs.close()
+    return rb, {name: np.stack(values) for name, values in record.items()}
+
+
+def episodes_of(record: dict, env: int) -> list[dict]:
+    """Brute force, one env: cut its stream into episodes. An episode is the list of its observation indices
+    o_0 .. o_L (o_L is the boundary step's observation, its real last one) and its L transitions. The step after a
+    boundary is not part of any episode: it leads from o_L to the next episode's first observation."""
+    episodes, current = [], {"obs": [0], "transitions": []}
+    num_steps = len(record["actions"])
+    t = 0
+    while t < num_steps:
+        term, trunc = bool(record["term"][t, env]), bool(record["trunc"][t, env])
+        current["obs"].append(t + 1)
+        current["transitions"].append(
+            dict(t=t, action=record["actions"][t, env], reward=record["rewards"][t, env], done=term, kind=None)
+        )
+        if term or trunc:
+            current["transitions"][-1]["kind"] = (
+                "game over" if record["game_over"][t, env] else ("life" if term else "truncation")
+            )
+            episodes.append(current)
+            if t + 1 < num_steps:  # the stale step: action ignored, reward 0
+                assert record["rewards"][t + 1, env] == 0
+            current = {"obs": [t + 2], "transitions": []}
+            t += 2
+        else:
+            t += 1
+    episodes.append(current)
+    return episodes
+
+
+@pytest.mark.parametrize("capacity", [2000, 97])  # no wrap-around; the ring overwritten many times
+def test_replay_matches_per_episode_reconstruction(capacity):
+    num_envs, steps = 3, 1500
+    rb, record = play_random(num_envs, steps, capacity)
+    oldest = rb.num_obs - capacity + ReplayBuffer.STACK - 1  # the buffer's documented window: frames t-3 .. t+1 kept
+    kinds, expected = {}, {}
+    for env in range(num_envs):
+        for episode_id, episode in enumerate(episodes_of(record, env)):
+            for transition in episode["transitions"]:
+                t = transition["t"]
+                kinds[transition["kind"]] = kinds.get(transition["kind"], 0) + 1
+                # A boundary transition's next observation is the episode's real last one, a continuation of the
+                # stack (not the reset observation of the next episode): what a truncation bootstraps from.
+                assert (record["obs"][t + 1, env, :3] == record["obs"][t, env, 1:]).all()
+                if t >= oldest:
+                    expected[(t, env)] = transition
+    assert kinds.get("life", 0) > 10 and kinds.get("game over", 0) >= 3 and kinds.get("truncation", 0) >= 3, kinds
+
+    # Every stack the buffer can rebuild equals the one EnvPool returned, bit for bit (stale steps' too).
+    t_all = np.arange(max(oldest, 0), rb.num_obs)
+    for env in range(num_envs):
+        rebuilt = rb.stacks(t_all, np.full_like(t_all, env))
+        np.testing.assert_array_equal(rebuilt, record["obs"][t_all, env])
+
+    # The buffer samples exactly the reference transitions: none stale, none lost, none spanning two episodes.
+    np.random.seed(0)
+    t, env = rb.sample_indices(50_000)
+    drawn = set(zip(t.tolist(), env.tolist()))
+    assert drawn == set(expected), (len(drawn - set(expected)), len(set(expected) - drawn))
+    obs, actions, rewards, next_obs, dones = rb.sample(len(expected) * 20, torch.device("cpu"))
+    np.random.seed(1)
+    t, env = rb.sample_indices(len(expected) * 20)
+    for i, (ti, ei) in enumerate(zip(t.tolist(), env.tolist())):
+        transition = expected[(ti, ei)]
+        np.testing.assert_array_equal(rb.stacks(t[i : i + 1], env[i : i + 1])[0], record["obs"][ti, ei])
+        np.testing.assert_array_equal(rb.stacks(t[i : i + 1] + 1, env[i : i + 1])[0], record["obs"][ti + 1, ei])
+        slot = ti % rb.capacity
+        assert rb.actions[slot, ei] == transition["action"]
+        assert rb.rewards[slot, ei] == transition["reward"]
+        assert rb.dones[slot, ei] == transition["done"]  # 1 at terminations (life loss included), 0 at truncations
+    # sample() returns the same kind of rows as tensors
+    assert obs.dtype == torch.uint8 and obs.shape == (len(expected) * 20, 4, 84, 84) and next_obs.shape == obs.shape
+    assert dones.dtype == torch.bool and rewards.dtype == torch.float32
+
+
+def test_replay_state_dict_round_trip_and_memory(tmp_path):
+    rb, _ = play_random(2, 300, 64)
+    torch.save({"replay_buffer": rb.state_dict()}, tmp_path / "buffer.pt")
+    copy = ReplayBuffer(128, 2)
+    copy.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=True)["replay_buffer"])
+    assert copy.num_obs == 301 and copy.env_steps == 600
+    np.random.seed(5)
+    first = rb.sample(64, torch.device("cpu"))
+    np.random.seed(5)
+    second = copy.sample(64, torch.device("cpu"))
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="frames"):
+        ReplayBuffer(256, 2).load_state_dict(rb.state_dict())
+    # 1M transitions: one 84x84 frame each plus a few bytes, under the 8 GiB goal
+    assert ReplayBuffer.bytes_needed(1_000_000) < 7.1e9
+    assert rb.frames.nbytes == 128 * 84 * 84
+
+
+def test_td_target_zero_on_termination_bootstrap_on_truncation():
+    """Hand numbers: a Q-network whose outputs are fixed per observation."""
+
+    class FixedQ(torch.nn.Module):
+        def __init__(self, table: dict[int, list[float]]):
+            super().__init__()
+            self.table = table
+            self.scale = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, obs):  # obs[:, 0, 0, 0] names the observation
+            return self.scale * torch.tensor([self.table[int(o)] for o in obs[:, 0, 0, 0]])
+
+    obs = torch.zeros(3, 4, 84, 84, dtype=torch.uint8)
+    next_obs = torch.zeros(3, 4, 84, 84, dtype=torch.uint8)
+    obs[:, 0, 0, 0] = torch.tensor([0, 1, 2])
+    next_obs[:, 0, 0, 0] = torch.tensor([10, 11, 12])
+    online = FixedQ({0: [1.0, 2.0], 1: [3.0, 4.0], 2: [5.0, 6.0]})
+    target = FixedQ({10: [7.0, 9.0], 11: [8.0, -1.0], 12: [0.5, 0.25]})
+    actions = torch.tensor([1, 0, 1], dtype=torch.uint8)
+    rewards = torch.tensor([1.0, -1.0, 0.0])
+    dones = torch.tensor([True, False, False])  # a termination, a truncation (done 0), a mid-episode step
+    loss, q_values = td_loss(online, target, obs, actions, rewards, next_obs, dones, gamma=0.9)
+    targets = np.array([1.0, -1.0 + 0.9 * 8.0, 0.0 + 0.9 * 0.5])
+    chosen = np.array([2.0, 3.0, 6.0])
+    np.testing.assert_allclose(q_values.numpy(), chosen)
+    np.testing.assert_allclose(loss.item(), np.mean((chosen - targets) ** 2), rtol=1e-6)
+
+
+def test_updates_follow_the_global_step():
+    for num_envs in (1, 3, 8):
+        steps = range(num_envs, 4000 + 1, num_envs)
+        assert sum(updates_due(s, num_envs, 4) for s in steps) == steps[-1] // 4
+        assert sum(updates_due(s, num_envs, 1000) for s in steps) == steps[-1] // 1000
+
+
+def test_q_network_levers_agree():
+    torch.manual_seed(0)
+    obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    reference = QNetwork(6)
+    fast = QNetwork(6, bf16=True, channels_last=True)
+    fast.load_state_dict(reference.state_dict())
+    with torch.no_grad():
+        exact = reference(obs)
+        assert torch.equal(exact, reference(obs.float()))  # uint8 in, or float32 in: the same numbers
+        approx = fast(obs)
+    assert approx.dtype == torch.float32
+    assert (approx - exact).abs().max() < 0.05 * exact.abs().max() + 1e-3
+
+
+SHORT = ["--env-id", "Breakout-v5", "--total-timesteps", "3000", "--learning-starts", "1000", "--buffer-size", "4000"]
+SHORT += ["--exploration-fraction", "0.5", "--target-network-frequency", "500", "--torch-threads", "1"]
+
+
+def test_short_run_tags_and_determinism(tmp_path):
+    losses = []
+    for name in ("a", "b"):
+        result = run_script(SCRIPT, *SHORT, "--log-dir", str(tmp_path / name), timeout=300)
+        assert result.returncode == 0, result.stderr
+        scalars = read_scalars(only_run_dir(tmp_path / name))
+        for tag in ("charts/episodic_return", "charts/SPS", "losses/td_loss", "losses/q_values", "charts/epsilon"):
+            assert scalars.get(tag), tag
+        losses.append(scalars["losses/td_loss"])
+    assert losses[0] == losses[1] and len(losses[0]) >= 2
+    epsilon = read_scalars(only_run_dir(tmp_path / "a"))["charts/epsilon"]
+    assert epsilon[0] == (1000, pytest.approx(1.0 - 0.99 * 999 / 1500))  # 1 -> 0.01 over half the 3,000 steps; the step about to be taken
+    assert epsilon[-1][1] == pytest.approx(0.01)
+
+
+def test_checkpoint_holds_the_buffer_and_resume_continues_with_it(tmp_path):
+    result = run_script(SCRIPT, *SHORT, "--log-dir", str(tmp_path / "with"), timeout=300)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path / "with")
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    assert checkpoint["replay_buffer"]["env_steps"] == 3000 and checkpoint["replay_buffer"]["num_obs"] == 3001
+    assert checkpoint["replay_buffer"]["frames"].shape == (4000, 1, 84, 84)
+    with_buffer_bytes = os.path.getsize(checkpoint_path)
+
+    # Resumed with its buffer: training goes on at once (a loss logged within the first 1,000 steps).
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--total-timesteps", "4000", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "replay buffer: 3,000 env steps restored" in result.stdout
+    steps = [step for step, _ in read_scalars(run_dir)["losses/td_loss"]]
+    assert 4000 in steps
+
+    # --no-checkpoint-buffer (may be set on resume): a small file; a run resumed from it refills first.
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--total-timesteps", "4500", "--no-checkpoint-buffer")
+    assert result.returncode == 0, result.stderr
+    small = os.path.getsize(checkpoint_path)
+    assert with_buffer_bytes - small >= 4000 * 84 * 84  # the frames (the rest: two Q-networks and Adam, 27 MB)
+    assert torch.load(checkpoint_path, weights_only=True)["replay_buffer"] == {}
+    adam_steps = lambda: int(torch.load(checkpoint_path, weights_only=True)["optimizer_state_dict"]["state"][0]["step"])  # noqa: E731
+    before = adam_steps()
+    assert before == (4500 - 1000) // 4  # one gradient step per 4 env steps after --learning-starts
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--total-timesteps", "6000")
+    assert result.returncode == 0, result.stderr
+    assert "replay buffer: refilled from empty" in result.stdout
+    assert adam_steps() == before + (6000 - 5500) // 4  # none until 1,000 new env steps refilled the buffer
+
+
+def test_saved_model_evaluates_and_films(tmp_path):
+    result = run_script(SCRIPT, *SHORT, "--save-model", "--log-dir", str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr
+    model = os.path.join(only_run_dir(tmp_path), "dqn_atari_envpool.cleanrl_model")
+    from cleanrl_utils.evaluate import evaluate
+
+    video_dir = str(tmp_path / "videos")
+    returns = evaluate(model, episodes=2, seed=1, video_dir=video_dir, epsilon=0.05)
+    assert len(returns) == 2 and all(r >= 0 for r in returns)
+    frames = decoded_video(os.path.join(video_dir, "eval-episode-0.mp4"))
+    assert frames.shape[0] > 10 and frames.std() > 1
+
+
+@pytest.mark.parametrize(
+    "flags,fragments",
+    [
+        (["--buffer-size", "16", "--batch-size", "32"], ["--buffer-size 16", "--batch-size 32"]),
+        (["--learning-starts", "20000", "--total-timesteps", "10000"], ["--learning-starts 20000", "10000"]),
+        (["--end-e", "1.5"], ["--end-e", "[0, 1]", "1.5"]),
+        (["--exploration-fraction", "0"], ["--exploration-fraction", "(0, 1]"]),
+        (["--train-frequency", "0"], ["--train-frequency", "positive"]),
+        (["--buffer-size", "100", "--num-envs", "8", "--batch-size", "8"], ["--buffer-size 100", "--num-envs 8"]),
+        (["--env-id", "Breakout-v4"], ["--env-id 'Breakout-v4'", "Breakout-v5"]),
+        (["--env-id", "Hopper-v4"], ["MuJoCo", "Atari"]),
+        (["--buffer-size", "100000000"], ["replay buffer", "GiB", "--buffer-size"]),
+    ],
+)
+def test_bad_input_one_line(tmp_path, flags, fragments):
+    result = run_script(SCRIPT, *flags, "--log-dir", str(tmp_path), timeout=120)
+    assert_one_error_line(result, fragments, ignore_warnings=True)
+    assert not os.listdir(tmp_path)  # nothing written
+
+
+def test_divergence_stops_before_the_checkpoint_is_overwritten(tmp_path):
+    """Finiteness is checked where the script logs (every 1,000 steps) and before every checkpoint, never on other
+    steps (no per-step host sync): here the first check after the weights blow up is at the iteration-1,100 save."""
+    result = run_script(SCRIPT, *SHORT, "--learning-rate", "1e30", "--checkpoint-every", "100", "--log-dir", str(tmp_path))
+    assert_one_error_line(result, ["non-finite", "last good checkpoint", "checkpoint.pt"], ignore_warnings=True)
+    checkpoint = torch.load(os.path.join(only_run_dir(tmp_path), "checkpoint.pt"), weights_only=True)
+    assert checkpoint["iteration"] < 3000
+    assert all(torch.isfinite(p).all() for p in checkpoint["model_state_dict"].values())
+
+
+def test_ctrl_c_saves_the_buffer_and_exits_cleanly(tmp_path):
+    from helpers import run_interrupted
+
+    args = [
+        *SHORT[:2],
+        "--torch-threads",
+        "1",
+        "--total-timesteps",
+        "200000",
+        "--learning-starts",
+        "1000",
+        "--buffer-size",
+        "4000",
+    ]
+    returncode, stdout, stderr, run_dir = run_interrupted(SCRIPT, args, tmp_path)
+    assert returncode == 0, stderr
+    assert "stopped at iteration" in stdout and "Traceback" not in stderr
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert checkpoint["replay_buffer"]["num_obs"] == checkpoint["iteration"] + 1  # one reset observation, one per step
