@@ -111,6 +111,8 @@ class Args:
     """use channels-last memory format for the convolutions"""
     uint8_obs: bool = True
     """hand sampled batches to the network as uint8, scaled to [0, 1] inside it (else as float32, CleanRL's way)"""
+    fused_adam: bool = True
+    """Adam as one fused kernel over all parameters (on CPU 0.7 ms instead of 5.4 ms a step for this network)"""
     torch_threads: int = 0
     """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
 
@@ -299,13 +301,16 @@ class QNetwork(nn.Module):
         if channels_last:
             self.network.to(memory_format=torch.channels_last)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: torch.Tensor, bf16: bool | None = None) -> torch.Tensor:
+        """Q-values, (B, num_actions) float32. `bf16` overrides the network's setting for one call: acting on a few
+        observations is faster in fp32, because autocast casts every weight to bf16 again on each call."""
+        bf16 = self.bf16 if bf16 is None else bf16
         # Observations arrive as uint8 0..255 (float32 with --no-uint8-obs). Integers up to 256 are exact in bf16,
         # so under --bf16 we cast once, straight to the compute dtype and layout.
-        dtype = torch.bfloat16 if self.bf16 else torch.float32
+        dtype = torch.bfloat16 if bf16 else torch.float32
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
         x = obs.to(dtype=dtype, memory_format=memory_format) * (1.0 / 255.0)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
             hidden = self.network(x)
         # The head runs in fp32: the TD error is a small difference of two Q-values near 1 / (1 - gamma) = 100,
         # which bf16's 8-bit mantissa (steps of 0.5 there) would swamp.
@@ -369,7 +374,7 @@ if __name__ == "__main__":
     num_actions = envs.single_action_space.n
 
     q_network = QNetwork(num_actions, bf16=args.bf16, channels_last=args.channels_last).to(device)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=args.fused_adam)
     target_network = QNetwork(num_actions, bf16=args.bf16, channels_last=args.channels_last).to(device)
     target_network.load_state_dict(q_network.state_dict())
     rb = ReplayBuffer(args.buffer_size, args.num_envs)
@@ -404,6 +409,9 @@ if __name__ == "__main__":
     # The step before the first one is not a boundary: the first transition of every env is valid.
     prev_episode_over = np.zeros(args.num_envs, dtype=bool)
     obs_dtype = torch.uint8 if args.uint8_obs else torch.float32
+    # Acting on fewer than 16 observations is faster in fp32 (1 observation: 0.53 ms against 0.93 ms under bf16
+    # autocast, which casts every weight again on each call; Xeon with AMX-bf16, 2 threads). Training batches use bf16.
+    acting_bf16 = args.bf16 and args.num_envs >= 16
     loss = q_values = None
 
     for iteration in range(start_iteration, args.num_iterations + 1):
@@ -414,7 +422,8 @@ if __name__ == "__main__":
         actions = np.random.randint(num_actions, size=args.num_envs)
         if not explore.all():
             with torch.no_grad():
-                greedy = q_network(torch.from_numpy(obs).to(device, obs_dtype)).argmax(dim=1).cpu().numpy()
+                q_now = q_network(torch.from_numpy(obs).to(device, obs_dtype), bf16=acting_bf16)
+                greedy = q_now.argmax(dim=1).cpu().numpy()
             actions = np.where(explore, actions, greedy)
         global_step += args.num_envs
 

@@ -177,6 +177,29 @@ def test_q_network_levers_agree():
         approx = fast(obs)
     assert approx.dtype == torch.float32
     assert (approx - exact).abs().max() < 0.05 * exact.abs().max() + 1e-3
+    with torch.no_grad():  # acting: bf16=False for one call gives the fp32 network's values (up to channels-last)
+        acting = fast(obs, bf16=False)
+    assert (acting - exact).abs().max() < 1e-4
+
+
+def test_fused_adam_takes_the_same_step():
+    torch.manual_seed(0)
+    obs = torch.randint(0, 256, (32, 4, 84, 84), dtype=torch.uint8)
+    actions, rewards = torch.randint(0, 4, (32,)), torch.randn(32)
+    dones = torch.rand(32) < 0.1
+    networks = []
+    for fused in (False, True):
+        torch.manual_seed(1)
+        q_network, target_network = QNetwork(4), QNetwork(4)
+        optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4, fused=fused)
+        for _ in range(3):
+            loss, _ = td_loss(q_network, target_network, obs, actions, rewards, obs, dones, 0.99)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        networks.append(q_network)
+    for plain, fused in zip(*(network.parameters() for network in networks)):
+        torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-7)
 
 
 SHORT = ["--env-id", "Breakout-v5", "--total-timesteps", "3000", "--learning-starts", "1000", "--buffer-size", "4000"]
@@ -194,7 +217,10 @@ def test_short_run_tags_and_determinism(tmp_path):
         losses.append(scalars["losses/td_loss"])
     assert losses[0] == losses[1] and len(losses[0]) >= 2
     epsilon = read_scalars(only_run_dir(tmp_path / "a"))["charts/epsilon"]
-    assert epsilon[0] == (1000, pytest.approx(1.0 - 0.99 * 999 / 1500))  # 1 -> 0.01 over half the 3,000 steps; the step about to be taken
+    assert epsilon[0] == (
+        1000,
+        pytest.approx(1.0 - 0.99 * 999 / 1500),
+    )  # 1 -> 0.01 over half the 3,000 steps; the step about to be taken
     assert epsilon[-1][1] == pytest.approx(0.01)
 
 
