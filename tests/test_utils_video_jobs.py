@@ -152,6 +152,9 @@ def write_model(path):
 
 videos = VideoJobs(sys.argv[1], write_model)
 stop = StopAfterIteration() if sys.argv[2] == "stop-after-iteration" else None
+if stop is None:  # Python's own Ctrl-C, even if this test runs under a shell that started it with SIGINT ignored
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 videos.film(1)
 print("filming", flush=True)
 while stop is None or not stop.requested:  # training
