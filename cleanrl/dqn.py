@@ -29,8 +29,23 @@ from cleanrl_utils.checkpoint import (
     save_torch,
     torch_rng_states,
 )
-from cleanrl_utils.checks import check_gymnasium_env, check_memory, check_positive, check_run_args
-from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
+from cleanrl_utils.checks import (
+    check_epsilon_schedule,
+    check_gymnasium_env,
+    check_memory,
+    check_positive,
+    check_replay_args,
+    check_run_args,
+)
+from cleanrl_utils.run import (
+    ProgressLine,
+    checkpoint_due,
+    exit_if_diverged,
+    make_writer,
+    run_folder,
+    torch_all_finite,
+    torch_threads,
+)
 from cleanrl_utils.vector_env_state import SavedVectorEnv
 from cleanrl_utils.video import VideoJobs
 
@@ -111,24 +126,9 @@ class Args:
 def validate_args(args: Args) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
     check_run_args(args)
-    check_positive(args, "num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency")
-    if args.buffer_size < args.num_envs:
-        sys.exit(f"error: --buffer-size {args.buffer_size} must be >= --num-envs {args.num_envs} (a row: one step of each)")
-    if args.batch_size > args.buffer_size:
-        sys.exit(f"error: --batch-size {args.batch_size} must be <= --buffer-size {args.buffer_size}")
-    if args.total_timesteps < args.num_envs:
-        sys.exit(f"error: --total-timesteps {args.total_timesteps} is less than one step of --num-envs {args.num_envs} envs")
-    if not 0 <= args.learning_starts < args.total_timesteps:
-        sys.exit(f"error: --learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps})")
-    for name in ("start_e", "end_e"):
-        if not 0 <= getattr(args, name) <= 1:
-            sys.exit(f"error: --{name.replace('_', '-')} must be in [0, 1] (a probability), got {getattr(args, name)}")
-    if args.end_e > args.start_e:
-        sys.exit(f"error: --end-e {args.end_e} must be <= --start-e {args.start_e} (epsilon decays from start to end)")
-    if not 0 < args.exploration_fraction <= 1:
-        sys.exit(f"error: --exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
-    if not 0 < args.tau <= 1:
-        sys.exit(f"error: --tau must be in (0, 1] (1 = copy the weights), got {args.tau}")
+    check_replay_args(args)
+    check_epsilon_schedule(args)
+    check_positive(args, "train_frequency", "target_network_frequency")
     if args.max_episode_steps < 0:
         sys.exit(f"error: --max-episode-steps must be >= 0 (0 = the env's own limit), got {args.max_episode_steps}")
     if args.vector_mode not in ("sync", "async"):
@@ -266,14 +266,6 @@ def td_loss(
     return F.mse_loss(q_values, td_target), q_values.detach()
 
 
-def all_finite(q_network: nn.Module, loss: torch.Tensor | None) -> bool:
-    """One host sync: the last loss (if any) and every parameter are finite."""
-    checks = [torch.isfinite(p).all() for p in q_network.parameters()]
-    if loss is not None:
-        checks.append(torch.isfinite(loss))
-    return bool(torch.stack(checks).all())
-
-
 if __name__ == "__main__":
     args = tyro.cli(Args)
     keys = dict(target_state_dict=dict, replay_buffer=dict)  # besides weights, Adam, counters
@@ -383,6 +375,7 @@ if __name__ == "__main__":
 
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
+        last = iteration == args.num_iterations or stopping
         saving = checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping)
         sps = progress.sps(global_step)
         logging = updates_due(global_step, args.num_envs, 1000)  # every 1,000 steps: no per-step host sync
@@ -394,11 +387,10 @@ if __name__ == "__main__":
             writer.add_scalar("charts/SPS", sps, global_step)
         if logging or saving:  # a diverged run must never be saved
             exit_if_diverged(
-                all_finite(q_network, loss), iteration, global_step, checkpoint_path, writer, progress, args.resume
+                torch_all_finite(q_network, loss), iteration, global_step, checkpoint_path, writer, progress, args.resume
             )
         if saving:
-            save_torch(checkpoint_path, training_state(iteration))
-        last = iteration == args.num_iterations or stopping
+            save_torch(checkpoint_path, training_state(iteration), progress)
         if args.capture_video and (iteration % args.video_every == 0 or last):
             videos.film(iteration, final=last)  # at most one evaluator at a time
         progress.show(global_step, sps, recent_returns, final=last)

@@ -10,8 +10,6 @@ if __name__ == "__main__":
 
 import os
 import random
-import sys
-import time
 from dataclasses import dataclass
 
 import envpool
@@ -30,8 +28,23 @@ from cleanrl_utils.checkpoint import (
     save_torch,
     torch_rng_states,
 )
-from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_run_args
-from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
+from cleanrl_utils.checks import (
+    check_envpool_id,
+    check_epsilon_schedule,
+    check_memory,
+    check_positive,
+    check_replay_args,
+    check_run_args,
+)
+from cleanrl_utils.run import (
+    ProgressLine,
+    checkpoint_due,
+    exit_if_diverged,
+    make_writer,
+    run_folder,
+    torch_all_finite,
+    torch_threads,
+)
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "dqn_atari_envpool"
@@ -123,27 +136,9 @@ class Args:
 def validate_args(args: Args) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
     check_run_args(args)
-    check_positive(args, "num_envs", "buffer_size", "batch_size", "train_frequency", "target_network_frequency")
-    check_positive(args, "max_episode_steps")
-    for name in ("start_e", "end_e"):
-        if not 0 <= getattr(args, name) <= 1:
-            sys.exit(f"error: --{name.replace('_', '-')} must be in [0, 1] (a probability), got {getattr(args, name)}")
-    if args.end_e > args.start_e:
-        sys.exit(f"error: --end-e {args.end_e} must be <= --start-e {args.start_e} (epsilon decays from start to end)")
-    if not 0 < args.exploration_fraction <= 1:
-        sys.exit(f"error: --exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
-    if not 0 < args.tau <= 1:
-        sys.exit(f"error: --tau must be in (0, 1] (1 = copy the weights), got {args.tau}")
-    if args.buffer_size < args.batch_size:
-        sys.exit(f"error: --buffer-size {args.buffer_size} is smaller than --batch-size {args.batch_size}")
-    if args.buffer_size // args.num_envs < 16:
-        sys.exit(
-            f"error: --buffer-size {args.buffer_size} leaves fewer than 16 transitions per env (--num-envs {args.num_envs})"
-        )
-    if not 0 <= args.learning_starts < args.total_timesteps:
-        sys.exit(f"error: --learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps})")
-    if args.total_timesteps < args.num_envs:
-        sys.exit(f"error: --total-timesteps {args.total_timesteps} is smaller than one step of --num-envs {args.num_envs}")
+    check_replay_args(args, min_per_env=16)
+    check_epsilon_schedule(args)
+    check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
     check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size")
 
@@ -334,14 +329,6 @@ def td_loss(q_network: QNetwork, target_network: QNetwork, obs, actions, rewards
     return F.mse_loss(q_values, td_target), q_values.detach()
 
 
-def all_finite(q_network: nn.Module, loss: torch.Tensor | None) -> bool:
-    """One host sync: the last loss (if any) and every parameter are finite."""
-    checks = [torch.isfinite(p).all() for p in q_network.parameters()]
-    if loss is not None:
-        checks.append(torch.isfinite(loss))
-    return bool(torch.stack(checks).all())
-
-
 def updates_due(global_step: int, num_envs: int, every: int) -> int:
     """How many multiples of `every` the global step passed in its last increment of `num_envs`: the gradient
     steps (or target updates) due now, so that their rate per env step does not depend on --num-envs."""
@@ -474,14 +461,10 @@ if __name__ == "__main__":
             writer.add_scalar("charts/SPS", sps, global_step)
         if logging or saving:  # a diverged run must never be saved
             exit_if_diverged(
-                all_finite(q_network, loss), iteration, global_step, checkpoint_path, writer, progress, args.resume
+                torch_all_finite(q_network, loss), iteration, global_step, checkpoint_path, writer, progress, args.resume
             )
-        if saving:  # with the buffer this is GBs: say what it cost
-            save_start = time.time()
-            save_torch(checkpoint_path, training_state(iteration))
-            if args.checkpoint_buffer and (seconds := time.time() - save_start) > 1:
-                progress.end_line()
-                print(f"checkpoint: {os.path.getsize(checkpoint_path) / 1e9:.2f} GB written in {seconds:.1f} s", flush=True)
+        if saving:  # with the buffer this is GBs: a slow save says what it cost
+            save_torch(checkpoint_path, training_state(iteration), progress)
         if args.capture_video and (iteration % args.video_every == 0 or last):
             videos.film(iteration, final=last)  # at most one evaluator at a time
         progress.show(global_step, sps, recent_returns, final=last)

@@ -11,6 +11,7 @@ import numbers
 import os
 import random
 import sys
+import time
 import types
 import typing
 from typing import Callable
@@ -47,10 +48,17 @@ def write_atomically(path: str, write: Callable) -> None:
     os.replace(tmp_path, path)
 
 
-def save_torch(path: str, state: dict) -> None:
+def save_torch(path: str, state: dict, progress=None) -> None:
+    """With `progress` (the run's ProgressLine), a save that took over a second is reported in one line, size
+    and time: a checkpoint holding a replay buffer is GBs."""
     import torch
 
+    start = time.time()
     write_atomically(path, lambda f: torch.save(state, f))
+    seconds = time.time() - start
+    if progress is not None and seconds > 1:
+        progress.end_line()
+        print(f"checkpoint: {os.path.getsize(path) / 1e9:.2f} GB written in {seconds:.1f} s", flush=True)
 
 
 def save_msgpack(path: str, state: dict) -> None:

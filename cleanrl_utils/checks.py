@@ -64,6 +64,40 @@ def check_rollout_shape(num_envs: int, num_steps: int, num_minibatches: int, upd
         sys.exit(f"error: --total-timesteps {total_timesteps} is smaller than one rollout ({batch_size} steps)")
 
 
+def check_replay_args(args, min_per_env: int = 1) -> None:
+    """The flags of every replay-buffer script: positive sizes, at least `min_per_env` transitions per env,
+    a batch no larger than the buffer, one step of every env in --total-timesteps, --learning-starts before
+    the end (else the run never trains), --tau in (0, 1]."""
+    check_positive(args, "num_envs", "buffer_size", "batch_size")
+    if args.batch_size > args.buffer_size:
+        sys.exit(f"error: --batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    if args.buffer_size // args.num_envs < min_per_env:
+        sys.exit(
+            f"error: --buffer-size {args.buffer_size} leaves fewer than {min_per_env} transitions per env "
+            f"(--num-envs {args.num_envs})"
+        )
+    if args.total_timesteps < args.num_envs:
+        sys.exit(f"error: --total-timesteps {args.total_timesteps} is less than one step of --num-envs {args.num_envs} envs")
+    if not 0 <= args.learning_starts < args.total_timesteps:
+        sys.exit(
+            f"error: --learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps}) "
+            "(else the run never trains)"
+        )
+    if not 0 < args.tau <= 1:
+        sys.exit(f"error: --tau must be in (0, 1] (1 = copy the weights), got {args.tau}")
+
+
+def check_epsilon_schedule(args) -> None:
+    """--start-e and --end-e are probabilities, epsilon decays (end <= start), --exploration-fraction in (0, 1]."""
+    for name in ("start_e", "end_e"):
+        if not 0 <= getattr(args, name) <= 1:
+            sys.exit(f"error: {flag(name)} must be in [0, 1] (a probability), got {getattr(args, name)}")
+    if args.end_e > args.start_e:
+        sys.exit(f"error: --end-e {args.end_e} must be <= --start-e {args.start_e} (epsilon decays from start to end)")
+    if not 0 < args.exploration_fraction <= 1:
+        sys.exit(f"error: --exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
+
+
 def available_memory_bytes() -> int:
     """MemAvailable from /proc/meminfo (Linux); elsewhere the physical memory."""
     try:

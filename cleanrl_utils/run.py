@@ -132,6 +132,17 @@ class ProgressLine:
             self.open_line = False
 
 
+def torch_all_finite(model, loss=None) -> bool:
+    """Whether `loss` (if given) and every parameter of the torch `model` are finite, in one host sync: a
+    script calls it where it logs and before each checkpoint, not every step."""
+    import torch
+
+    checks = [torch.isfinite(p).all() for p in model.parameters()]
+    if loss is not None:
+        checks.append(torch.isfinite(loss).all())
+    return bool(torch.stack(checks).all())
+
+
 def exit_if_diverged(
     finite: bool, iteration: int, global_step: int, checkpoint_path: str, writer, progress, resumed_from: str | None = None
 ) -> None:

@@ -161,6 +161,27 @@ def test_torch_round_trip_is_bit_exact(tmp_path):
     assert_same(state, loaded)
 
 
+def test_a_slow_torch_save_is_reported_in_one_line(tmp_path, capsys, monkeypatch):
+    """A replay buffer makes checkpoints GBs: with the run's progress line, a save over a second says its size and
+    time (after ending a live progress line); a fast one, or one without a progress line, says nothing."""
+    import cleanrl_utils.checkpoint as checkpoint_module
+
+    class Progress:
+        ended = 0
+
+        def end_line(self):
+            self.ended += 1
+
+    path, progress = str(tmp_path / "checkpoint.pt"), Progress()
+    save_torch(path, {"x": torch.zeros(1000)}, progress)
+    assert capsys.readouterr().out == "" and progress.ended == 0
+    clock = iter([100.0, 102.5])
+    monkeypatch.setattr(checkpoint_module.time, "time", lambda: next(clock))
+    save_torch(path, {"x": torch.zeros(1000)}, progress)
+    size = os.path.getsize(path) / 1e9
+    assert capsys.readouterr().out == f"checkpoint: {size:.2f} GB written in 2.5 s\n" and progress.ended == 1
+
+
 def test_msgpack_round_trip_is_bit_exact(tmp_path):
     path = str(tmp_path / "checkpoint.msgpack")
     rng = np.random.default_rng(0)

@@ -9,9 +9,11 @@ from cleanrl_utils.checks import (
     MAX_SEED,
     available_memory_bytes,
     check_envpool_id,
+    check_epsilon_schedule,
     check_gymnasium_env,
     check_memory,
     check_positive,
+    check_replay_args,
     check_rollout_shape,
     check_run_args,
     flag,
@@ -221,3 +223,57 @@ def test_a_gymnasium_env_that_cannot_be_built_is_one_line():
         )
     finally:
         del gym.registry["BrokenForTest-v0"]
+
+
+def replay_args(**changes):
+    defaults = dict(num_envs=2, buffer_size=1000, batch_size=32, total_timesteps=10_000, learning_starts=500, tau=1.0)
+    return SimpleNamespace(**{**defaults, **changes})
+
+
+def test_check_replay_args():
+    check_replay_args(replay_args())
+    check_replay_args(replay_args(learning_starts=0, tau=0.005, batch_size=1000))
+    cases = [
+        (dict(batch_size=0), "error: --batch-size must be a positive integer, got 0"),
+        (dict(batch_size=1001), "error: --batch-size 1001 is larger than --buffer-size 1000"),
+        (dict(num_envs=8, buffer_size=100, batch_size=8), None),
+        (dict(total_timesteps=1), "error: --total-timesteps 1 is less than one step of --num-envs 2 envs"),
+        (
+            dict(learning_starts=10_000),
+            "error: --learning-starts 10000 must be in [0, --total-timesteps 10000) (else the run never trains)",
+        ),
+        (
+            dict(learning_starts=-1),
+            "error: --learning-starts -1 must be in [0, --total-timesteps 10000) (else the run never trains)",
+        ),
+        (dict(tau=0.0), "error: --tau must be in (0, 1] (1 = copy the weights), got 0.0"),
+    ]
+    for changes, expected in cases:
+        if expected is None:
+            check_replay_args(replay_args(**changes))  # 12 per env: enough by default ...
+            one_line_exit(  # ... not for a script that asks for 16
+                lambda: check_replay_args(replay_args(**changes), min_per_env=16),
+                "error: --buffer-size 100 leaves fewer than 16 transitions per env (--num-envs 8)",
+            )
+        else:
+            one_line_exit(lambda: check_replay_args(replay_args(**changes)), expected)
+
+
+def test_check_epsilon_schedule():
+    args = lambda **changes: SimpleNamespace(**{"start_e": 1.0, "end_e": 0.05, "exploration_fraction": 0.5, **changes})  # noqa: E731
+    check_epsilon_schedule(args())
+    check_epsilon_schedule(args(start_e=0.3, end_e=0.3, exploration_fraction=1.0))
+    one_line_exit(
+        lambda: check_epsilon_schedule(args(start_e=1.5)), "error: --start-e must be in [0, 1] (a probability), got 1.5"
+    )
+    one_line_exit(
+        lambda: check_epsilon_schedule(args(end_e=-0.1)), "error: --end-e must be in [0, 1] (a probability), got -0.1"
+    )
+    one_line_exit(
+        lambda: check_epsilon_schedule(args(start_e=0.1, end_e=0.2)),
+        "error: --end-e 0.2 must be <= --start-e 0.1 (epsilon decays from start to end)",
+    )
+    one_line_exit(
+        lambda: check_epsilon_schedule(args(exploration_fraction=0.0)),
+        "error: --exploration-fraction must be in (0, 1], got 0.0",
+    )

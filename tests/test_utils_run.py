@@ -24,6 +24,7 @@ from cleanrl_utils.run import (
     exit_if_diverged,
     make_writer,
     run_folder,
+    torch_all_finite,
     torch_threads,
 )
 
@@ -256,3 +257,14 @@ def test_checkpoint_due():
     assert due(3) == [3, 6, 9, 10]
     assert due(20) == [10]
     assert due(0, stopping=True) == list(range(1, 11))  # a requested stop saves whatever the iteration
+
+
+def test_torch_all_finite():
+    import torch
+
+    model = torch.nn.Linear(3, 2)
+    assert torch_all_finite(model) and torch_all_finite(model, torch.tensor(1.0))
+    assert not torch_all_finite(model, torch.tensor(float("nan")))
+    with torch.no_grad():
+        model.bias[1] = float("inf")
+    assert not torch_all_finite(model)
