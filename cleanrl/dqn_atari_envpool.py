@@ -238,13 +238,13 @@ class ReplayBuffer:
             index[:, k] = np.where(starts, index[:, k + 1], index[:, k])
         return self.frames[index % self.capacity, env[:, None]]
 
-    def sample(self, batch_size: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """(obs, actions, rewards, next_obs, dones) of a uniform batch, on `device`; obs stay uint8."""
+    def sample(self, batch_size: int, device: torch.device, obs_dtype=torch.uint8) -> tuple[torch.Tensor, ...]:
+        """(obs, actions, rewards, next_obs, dones) of a uniform batch, on `device`, observations as `obs_dtype`."""
         t, env = self.sample_indices(batch_size)
         slot = t % self.capacity
-        batch = (self.stacks(t, env), self.actions[slot, env], self.rewards[slot, env], self.stacks(t + 1, env))
-        batch += (self.dones[slot, env],)
-        return tuple(torch.from_numpy(x).to(device, non_blocking=True) for x in batch)
+        obs, next_obs = (torch.from_numpy(self.stacks(i, env)).to(device, obs_dtype) for i in (t, t + 1))
+        actions, rewards, dones = (torch.from_numpy(x[slot, env]).to(device) for x in (self.actions, self.rewards, self.dones))
+        return obs, actions, rewards, next_obs, dones
 
     def state_dict(self) -> dict:
         arrays = ("frames", "actions", "rewards", "dones", "valid", "game_start")
@@ -436,7 +436,7 @@ if __name__ == "__main__":
         # which refills --learning-starts steps first.
         if rb.env_steps > args.learning_starts:
             for _ in range(updates_due(global_step, args.num_envs, args.train_frequency)):
-                loss, q_values = td_loss(q_network, target_network, *rb.sample(args.batch_size, device), args.gamma)
+                loss, q_values = td_loss(q_network, target_network, *rb.sample(args.batch_size, device, obs_dtype), args.gamma)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()

@@ -123,6 +123,10 @@ def test_replay_state_dict_round_trip_and_memory(tmp_path):
     second = copy.sample(64, torch.device("cpu"))
     for a, b in zip(first, second):
         assert torch.equal(a, b)
+    np.random.seed(5)  # --no-uint8-obs: the same batch, observations as float32 0..255
+    as_float = copy.sample(64, torch.device("cpu"), torch.float32)
+    assert as_float[0].dtype == as_float[3].dtype == torch.float32
+    assert torch.equal(as_float[0], first[0].float()) and torch.equal(as_float[3], first[3].float())
     with pytest.raises(ValueError, match="frames"):
         ReplayBuffer(256, 2).load_state_dict(rb.state_dict())
     # 1M transitions: one 84x84 frame each plus a few bytes, under the 8 GiB goal
