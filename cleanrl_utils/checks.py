@@ -16,7 +16,7 @@ def flag(name: str) -> str:
 def check_positive(args, *names: str) -> None:
     """Each named field is > 0 (integers: "a positive integer")."""
     for name in names:
-        value = getattr(args, name)
+        value = getattr(args, name, None)  # a flag this script does not have is not checked
         if value is not None and value <= 0:
             kind = "a positive integer" if isinstance(value, int) else "positive"
             sys.exit(f"error: {flag(name)} must be {kind}, got {value}")
@@ -129,24 +129,28 @@ ENVPOOL_FAMILIES = {
 }
 
 
-def check_envpool_id(env_id: str, family: str) -> None:
-    """`env_id` is an EnvPool id of `family` (a key of ENVPOOL_FAMILIES). Close matches are suggested
-    from that family only; an id of another EnvPool family is named as such."""
+def check_envpool_id(env_id: str, family: str, also: tuple[str, ...] = ()) -> None:
+    """`env_id` is an EnvPool id of `family` (a key of ENVPOOL_FAMILIES), or one of the ids `also`
+    accepts. Close matches are suggested from those only; an id of another EnvPool family is named as such."""
     from envpool.registration import registry
 
     name, examples = ENVPOOL_FAMILIES[family]
     specs = registry.specs
-    if env_id in specs and specs[env_id][0] == family:
+    if env_id in specs and (specs[env_id][0] == family or env_id in also):
         return
     if env_id in specs:
         other = ENVPOOL_FAMILIES.get(specs[env_id][0], (specs[env_id][0],))[0]
-        sys.exit(
-            f"error: --env-id {env_id!r} is an EnvPool {other} environment; this script takes {name} ones, e.g. {examples}"
-        )
-    ids = [i for i, spec in specs.items() if spec[0] == family]
+        takes = f"{name} ones, e.g. {examples}" + (f" (or {', '.join(also)})" if also else "")
+        sys.exit(f"error: --env-id {env_id!r} is an EnvPool {other} environment; this script takes {takes}")
+    ids = [i for i, spec in specs.items() if spec[0] == family] + list(also)
     close = difflib.get_close_matches(env_id, ids, n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {examples}"
     sys.exit(f"error: --env-id {env_id!r} is not an EnvPool {name} environment{hint}")
+
+
+def check_continuous_envpool_id(env_id: str) -> None:
+    """The off-policy continuous-control scripts: any EnvPool MuJoCo id, and Pendulum-v1 for quick checks."""
+    check_envpool_id(env_id, "envpool.mujoco.gym", also=("Pendulum-v1",))
 
 
 def check_gymnasium_env(env_id: str, examples: str):

@@ -8,6 +8,7 @@ normalise observations, the normaliser state), so nothing else needs to be passe
 env factory are imported from the script itself: evaluation plays exactly what training played.
 """
 
+import functools
 import importlib
 import os
 import sys
@@ -323,6 +324,28 @@ def evaluate_dqn_atari_envpool(
     return play(envs, act, episodes, atari=True, video_dir=video_dir)
 
 
+def evaluate_off_policy_continuous(
+    script_name: str, checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
+) -> list[float]:
+    """The deterministic policy of an off-policy continuous-control script (SAC: tanh of the Gaussian mean; TD3 and
+    DDPG: the actor's output, without exploration noise), whatever --greedy says. Pendulum and MuJoCo ids alike."""
+    script = importlib.import_module(f"cleanrl.{script_name}")
+    train_args = checkpoint["args"]
+    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    action_space = envs.single_action_space
+    actor = script.Actor(envs.single_observation_space.shape[0], action_space.low, action_space.high)
+    actor.load_state_dict(checkpoint["model_state_dict"])
+    actor.to(device).eval()
+    deterministic = (lambda obs: actor.get_action(obs)[2]) if script_name.startswith("sac") else actor
+    act = torch_sampler(
+        actor, device, True, lambda obs: obs.astype(np.float32), action_space.low, action_space.high, deterministic
+    )
+    returns = play(envs, act, episodes)
+    if video_dir:
+        record_gymnasium_episodes(train_args["env_id"], act, video_dir, episodes, seed)
+    return returns
+
+
 EVALUATORS = {
     "ppo_continuous_action_envpool_xla_jax": evaluate_continuous_action_envpool_xla_jax,
     "ppo_atari_envpool_xla_jax": evaluate_atari_envpool_xla_jax,
@@ -332,6 +355,9 @@ EVALUATORS = {
     "ppo_continuous_action_envpool": evaluate_continuous_action_envpool,
     "dqn": evaluate_dqn,
     "dqn_atari_envpool": evaluate_dqn_atari_envpool,
+} | {
+    name: functools.partial(evaluate_off_policy_continuous, name)
+    for name in ("sac_continuous_action_envpool", "td3_continuous_action_envpool", "ddpg_continuous_action_envpool")
 }
 # The epsilon-greedy evaluators take --epsilon; the others sample from (or take the mode of) their policy.
 EPSILON_GREEDY = {"dqn", "dqn_atari_envpool"}

@@ -386,6 +386,9 @@ def test_restore_errors_are_one_line_and_say_what_does_not_fit(tmp_path, capsys)
     assert "already ran its 3 iterations; a larger --total-timesteps extends it" in capsys.readouterr().out
     # a --learning-rate given on resume replaces the rate the optimiser state carried
     assert [group["lr"] for group in fresh_optimizer.param_groups] == [7e-5]
+    # a script without --learning-rate (SAC's --policy-lr, --q-lr) keeps the saved rates
+    restore_torch(str(run_dir / "checkpoint.pt"), state, fresh, fresh_optimizer, SimpleNamespace(num_iterations=10))
+    assert [group["lr"] for group in fresh_optimizer.param_groups] == [state["optimizer_state_dict"]["param_groups"][0]["lr"]]
 
 
 # ---- the arguments of a resumed run (a real command line, in a subprocess) ----

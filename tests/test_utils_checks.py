@@ -8,6 +8,7 @@ import pytest
 from cleanrl_utils.checks import (
     MAX_SEED,
     available_memory_bytes,
+    check_continuous_envpool_id,
     check_envpool_id,
     check_epsilon_schedule,
     check_gymnasium_env,
@@ -80,6 +81,7 @@ def test_run_arg_errors(overrides, expected):
 
 def test_check_positive_skips_none_and_names_the_flag():
     check_positive(SimpleNamespace(max_episode_steps=None, target_kl=0.01), "max_episode_steps", "target_kl")
+    check_positive(SimpleNamespace(), "learning_rate")  # a flag the script does not have (SAC: --policy-lr, --q-lr)
     one_line_exit(
         lambda: check_positive(SimpleNamespace(max_episode_steps=0), "max_episode_steps"),
         "error: --max-episode-steps must be a positive integer, got 0",
@@ -187,6 +189,21 @@ def test_close_matches_come_from_the_scripts_family_only(env_id, family, expecte
             assert suggestions[0] == expected_first
     else:
         assert expected_first is None and message.endswith("; e.g. Pong-v5, Breakout-v5, BeamRider-v5")
+
+
+def test_the_off_policy_continuous_scripts_take_mujoco_ids_and_pendulum():
+    check_continuous_envpool_id("Hopper-v4")
+    check_continuous_envpool_id("Pendulum-v1")
+    one_line_exit(
+        lambda: check_continuous_envpool_id("CartPole-v1"),
+        "error: --env-id 'CartPole-v1' is an EnvPool classic control environment; this script takes MuJoCo ones, "
+        "e.g. HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4 (or Pendulum-v1)",
+    )
+    one_line_exit(
+        lambda: check_continuous_envpool_id("Pendulm-v1"),
+        "error: --env-id 'Pendulm-v1' is not an EnvPool MuJoCo environment; did you mean Pendulum-v1, InvertedPendulum-v5, "
+        "InvertedPendulum-v4?",
+    )
 
 
 def test_an_id_nothing_like_any_gives_examples():

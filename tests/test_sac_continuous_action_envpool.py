@@ -1,0 +1,304 @@
+"""Tests of cleanrl/sac_continuous_action_envpool.py: the soft TD target and the actor/entropy losses computed by hand,
+the squashed Gaussian's log-probability against torch's own transformed distribution, the batched critics against
+two plain MLPs, Pendulum learning, the saved model evaluated and filmed, short real runs (tags, determinism,
+checkpoint and resume with and without the buffer, divergence, Ctrl-C) and bad input. The replay rules are in
+test_off_policy_replay.py."""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import REPO, assert_one_error_line, decoded_video, only_run_dir, read_scalars, run_interrupted, run_script
+
+from cleanrl.sac_continuous_action_envpool import Actor, EntropyCoefficient, QNetworks, actor_loss, critic_loss
+
+SCRIPT = "sac_continuous_action_envpool"
+TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/qf1_loss", "losses/qf2_loss"}
+TAGS |= {"losses/qf1_values", "losses/qf2_values", "losses/qf_loss", "losses/actor_loss", "losses/alpha", "losses/alpha_loss"}
+
+
+# ---- the losses, by hand ----
+
+
+class Fixed:
+    """A stand-in network with fixed outputs: `get_action` for an actor, a call for the critics."""
+
+    def __init__(self, actions=None, log_pi=None, q_values=None):
+        self.actions, self.log_pi, self.q_values = actions, log_pi, q_values
+
+    def get_action(self, obs):
+        return self.actions, self.log_pi, self.actions
+
+    def __call__(self, obs, actions, frozen=False):
+        return self.q_values
+
+
+def test_soft_td_target_by_hand():
+    """y = r + gamma (1 - done) (min(Q1', Q2') - alpha log pi(a'|s')): row 0 a termination (no bootstrap), row 1 a
+    truncation or a regular step (done 0: bootstraps from its real last observation)."""
+    obs, actions = torch.zeros(2, 3), torch.zeros(2, 1)
+    rewards, dones = torch.tensor([1.0, -2.0]), torch.tensor([1.0, 0.0])
+    next_log_pi = torch.tensor([-1.5, 0.5])
+    target_q = torch.tensor([[10.0, 4.0], [7.0, 6.0]])  # (critic, row): min over critics = [7, 4]
+    q_now = torch.tensor([[0.5, 1.0], [2.0, -1.0]])
+    actor, target_critic, critic = Fixed(torch.zeros(2, 1), next_log_pi), Fixed(q_values=target_q), Fixed(q_values=q_now)
+    batch = (obs, actions, rewards, obs, dones)
+    loss, stats = critic_loss(actor, critic, target_critic, batch, torch.tensor(0.2), 0.9)
+    y = [1.0, -2.0 + 0.9 * (4.0 - 0.2 * 0.5)]  # row 0: 1 + 0; row 1: -2 + 0.9 * (min(4, 6) - 0.2 * 0.5) = 1.51
+    qf1_loss = ((0.5 - y[0]) ** 2 + (1.0 - y[1]) ** 2) / 2
+    qf2_loss = ((2.0 - y[0]) ** 2 + (-1.0 - y[1]) ** 2) / 2
+    assert stats["qf1_loss"].item() == pytest.approx(qf1_loss) and stats["qf2_loss"].item() == pytest.approx(qf2_loss)
+    assert loss.item() == pytest.approx(qf1_loss + qf2_loss)
+    assert stats["qf1_values"].item() == pytest.approx(0.75) and stats["qf2_values"].item() == pytest.approx(0.5)
+
+
+def test_actor_and_entropy_losses_by_hand_and_their_gradients_stay_apart():
+    torch.manual_seed(0)
+    actor = Actor(3, np.array([-2.0]), np.array([2.0]))
+    critic = QNetworks(3, 1)
+    entropy = EntropyCoefficient(0.2, autotune=True)
+    with torch.no_grad():
+        entropy.log_alpha.fill_(math.log(0.5))
+    obs = torch.randn(8, 3)
+    torch.manual_seed(1)
+    policy_loss, alpha_loss = actor_loss(actor, critic, entropy, obs, target_entropy=-1.0)
+    torch.manual_seed(1)  # the same sample again, for the hand computation
+    actions, log_pi, _ = actor.get_action(obs)
+    min_q = critic(obs, actions).min(dim=0).values
+    assert policy_loss.item() == pytest.approx((0.5 * log_pi - min_q).mean().item(), rel=1e-6)
+    assert alpha_loss.item() == pytest.approx((-0.5 * (log_pi + -1.0)).mean().item(), rel=1e-6)
+    policy_loss.backward(retain_graph=True)
+    assert entropy.log_alpha.grad is None  # alpha is a constant in the actor's loss
+    assert all(p.grad is None for p in critic.parameters())  # frozen critics: dQ/da only
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.trunk.parameters())
+    actor.zero_grad(set_to_none=True)
+    alpha_loss.backward()
+    assert all(p.grad is None for p in actor.parameters())  # log pi is a constant in alpha's loss
+    assert entropy.log_alpha.grad.item() == pytest.approx((-0.5 * (log_pi.detach() - 1.0)).mean().item(), rel=1e-6)
+
+
+def test_squashed_gaussian_log_prob_matches_torchs_transformed_distribution():
+    """log pi(a) of a = scale * tanh(u) + bias, u ~ N(mean, std), against torch.distributions' own change of variables
+    (which has no 1e-6 guard: the actions are kept away from the bounds here)."""
+    torch.manual_seed(0)
+    actor = Actor(4, np.array([-1.0, 0.0]), np.array([3.0, 0.5]))
+    obs = torch.randn(64, 4) * 0.1
+    torch.manual_seed(2)
+    actions, log_pi, deterministic = actor.get_action(obs)
+    mean, log_std = actor(obs)
+    transforms = [
+        torch.distributions.TanhTransform(),
+        torch.distributions.AffineTransform(actor.action_bias, actor.action_scale),
+    ]
+    reference = torch.distributions.TransformedDistribution(torch.distributions.Normal(mean, log_std.exp()), transforms)
+    np.testing.assert_allclose(log_pi.detach(), reference.log_prob(actions).sum(-1).detach(), rtol=1e-3, atol=1e-3)
+    low, high = torch.tensor([-1.0, 0.0]), torch.tensor([3.0, 0.5])
+    assert ((actions >= low) & (actions <= high)).all() and ((deterministic >= low) & (deterministic <= high)).all()
+    assert (log_std >= -5).all() and (log_std <= 2).all()
+
+
+def test_batched_critics_are_two_plain_mlps_and_frozen_keeps_weights_out():
+    torch.manual_seed(0)
+    critics = QNetworks(5, 2)
+    obs, actions = torch.randn(16, 5), torch.randn(16, 2)
+    q = critics(obs, actions)
+    assert q.shape == (2, 16)
+    for i in range(2):  # member i as a plain MLP: F.linear with the transposed stacked weights
+        x = torch.cat([obs, actions], dim=1)
+        for k, (w, b) in enumerate(zip(critics.weights, critics.biases)):
+            x = F.linear(x, w[i].T, b[i, 0])
+            x = F.relu(x) if k < 2 else x
+        torch.testing.assert_close(q[i], x.squeeze(-1))
+    assert not torch.equal(q[0], q[1])  # two independently initialised critics
+    bound = 1 / math.sqrt(7)  # nn.Linear's default init, fan_in = 5 + 2
+    assert critics.weights[0].abs().max() <= bound and critics.weights[0].abs().max() > 0.9 * bound
+    actions.requires_grad_(True)
+    critics(obs, actions, frozen=True).sum().backward()
+    assert all(p.grad is None for p in critics.parameters()) and actions.grad.abs().sum() > 0
+
+
+# ---- learning, evaluation, video ----
+
+# Pendulum-v1 (200-step episodes, truncated), learning from step 1,000 (CleanRL: 5,000), otherwise the defaults.
+# Calibration (nice -n 19, 1 torch thread, 2-core Xeon shared with other runs): see the README's SAC section.
+LEARN = ["--env-id", "Pendulum-v1", "--total-timesteps", "12000", "--learning-starts", "1000", "--torch-threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def pendulum_run(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("pendulum")
+    result = run_script(SCRIPT, *LEARN, "--seed", "1", "--log-dir", str(log_dir), "--save-model", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return only_run_dir(log_dir)
+
+
+def test_pendulum_learns(pendulum_run):
+    scalars = read_scalars(pendulum_run)
+    assert TAGS <= set(scalars), TAGS - set(scalars)
+    returns = [value for _, value in scalars["charts/episodic_return"]]
+    assert np.mean(returns[:5]) < -900  # random actions swing the pendulum about
+    assert np.mean(returns[-10:]) >= -250, returns[-10:]
+    alphas = [value for _, value in scalars["losses/alpha"]]
+    assert alphas[-1] < alphas[0] < 1.0  # autotuned down from 1
+
+
+def test_saved_model_evaluates_its_deterministic_policy(pendulum_run):
+    from cleanrl_utils.evaluate import evaluate
+
+    model_path = os.path.join(pendulum_run, f"{SCRIPT}.cleanrl_model")
+    checkpoint = torch.load(model_path, weights_only=True)
+    assert checkpoint["script"] == SCRIPT and set(checkpoint) == {"script", "model_state_dict", "args"}
+    returns = evaluate(model_path, episodes=5, seed=1, cuda=False)
+    assert np.mean(returns) >= -300, returns
+    assert evaluate(model_path, episodes=5, seed=1, cuda=False) == returns  # deterministic policy, seeded envs
+
+
+def test_evaluate_cli_films_an_episode(pendulum_run, tmp_path):
+    model_path = os.path.join(pendulum_run, f"{SCRIPT}.cleanrl_model")
+    command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
+    command += ["--capture-video", "--video-dir", str(tmp_path), "--no-cuda"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "mean return over 1 episodes" in result.stdout
+    decoded_video(str(tmp_path / "eval-episode-0.mp4"))
+
+
+# ---- determinism, levers ----
+
+# Hopper with 2 envs and a 50-step limit (truncations and terminations), 1,200 steps, learning from step 500.
+SHORT = ["--env-id", "Hopper-v4", "--num-envs", "2", "--max-episode-steps", "50", "--total-timesteps", "1200"]
+SHORT += ["--learning-starts", "500", "--seed", "3", "--torch-threads", "1", "--buffer-size", "5000"]
+
+
+def short_run(log_dir, *flags: str) -> dict:
+    result = run_script(SCRIPT, *SHORT, *flags, "--log-dir", str(log_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return read_scalars(only_run_dir(log_dir))
+
+
+@pytest.fixture(scope="module")
+def short_runs(tmp_path_factory):
+    return [short_run(tmp_path_factory.mktemp(f"short{i}")) for i in range(2)]
+
+
+def test_short_run_logs_every_tag_every_1000_steps(short_runs):
+    scalars = short_runs[0]
+    assert TAGS <= set(scalars), TAGS - set(scalars)
+    assert [step for step, _ in scalars["losses/qf1_loss"]] == [1000]  # first multiple of 1,000 after learning starts
+    assert [step for step, _ in scalars["charts/SPS"]] == [1000]
+    assert all(length <= 50 for _, length in scalars["charts/episodic_length"])
+
+
+def test_same_seed_gives_identical_losses(short_runs):
+    first, second = short_runs
+    for tag in sorted(TAGS - {"charts/SPS"}):
+        assert first[tag] == second[tag], tag
+
+
+def test_levers_keep_the_losses_close(short_runs, tmp_path):
+    """--no-fused-adam is the same Adam; --bf16 changes the rounding of the hidden layers only. Both runs see the
+    same episodes until the first update (step 500), then their losses stay close."""
+    reference = short_runs[0]
+    for flags in (["--no-fused-adam"], ["--bf16"]):
+        scalars = short_run(tmp_path / flags[0], *flags)
+        for tag in ("losses/qf1_loss", "losses/actor_loss", "losses/alpha"):
+            assert scalars[tag][0][1] == pytest.approx(reference[tag][0][1], rel=0.2, abs=0.05), (flags, tag)
+
+
+# ---- checkpoint and resume ----
+
+RESUME = [
+    "--env-id",
+    "Pendulum-v1",
+    "--learning-starts",
+    "300",
+    "--seed",
+    "2",
+    "--torch-threads",
+    "1",
+    "--buffer-size",
+    "2000",
+]
+
+
+def test_resume_with_the_buffer_continues(tmp_path):
+    """A 600-step run resumed to 1,200: same run folder, counters, networks, Adam states, alpha and buffer restored,
+    then training goes on from where it stopped."""
+    result = run_script(SCRIPT, *RESUME, "--total-timesteps", "600", "--log-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    path = os.path.join(run_dir, "checkpoint.pt")
+    half = torch.load(path, weights_only=True)
+    # Pendulum's 200-step episodes: steps 201 and 401 are stale, not stored; a row is obs 3 | action 1 | reward | obs 3 | done
+    assert half["replay_buffer"]["rows"].shape == (598, 9) and half["replay_buffer"]["env_steps"] == 600
+    assert half["entropy_state_dict"]["log_alpha"] < 0  # tuned below alpha = 1
+    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1200")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "replay buffer: 598 transitions restored" in result.stdout and f"run folder: {run_dir}" in result.stdout
+    final = torch.load(path, weights_only=True)
+    assert (final["iteration"], final["global_step"]) == (1200, 1200)
+    adam_steps = lambda state: int(state["state"][0]["step"])  # noqa: E731
+    assert adam_steps(half["q_optimizer_state_dict"]) == 300 and adam_steps(final["q_optimizer_state_dict"]) == 900
+    assert adam_steps(final["optimizer_state_dict"]) == 900  # the actor: 2 updates every 2nd step
+    assert final["replay_buffer"]["rows"].shape == (1196, 9)  # new episodes from step 601: 801 and 1001 stale
+    assert torch.equal(final["replay_buffer"]["rows"][:598], half["replay_buffer"]["rows"])
+
+
+def test_resume_without_the_buffer_refills_it(tmp_path):
+    result = run_script(SCRIPT, *RESUME, "--total-timesteps", "600", "--no-checkpoint-buffer", "--log-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    assert torch.load(path, weights_only=True)["replay_buffer"] == {}
+    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1200", "--checkpoint-buffer")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "replay buffer: refilled from empty" in result.stdout
+    final = torch.load(path, weights_only=True)
+    # 300 critic updates before the stop; after it, 300 steps refill the buffer, then steps 901-1200 train again
+    assert int(final["q_optimizer_state_dict"]["state"][0]["step"]) == 300 + 300
+    assert final["replay_buffer"]["env_steps"] == 600
+
+
+def test_divergence_stops_before_saving(tmp_path):
+    """Critic lr 1e30: the weights blow up within a few updates (learning starts at step 300). The run stops with one
+    line at its next check (the save due at iteration 400) and keeps the last good checkpoint (200) as it was."""
+    flags = [*RESUME, "--total-timesteps", "3000", "--q-lr", "1e30", "--checkpoint-every", "200", "--log-dir", str(tmp_path)]
+    result = run_script(SCRIPT, *flags)
+    assert_one_error_line(result, ["non-finite", "iteration 400", "last good checkpoint"], ignore_warnings=True)
+    assert torch.load(os.path.join(only_run_dir(tmp_path), "checkpoint.pt"), weights_only=True)["iteration"] == 200
+
+
+def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
+    returncode, stdout, stderr, run_dir = run_interrupted(SCRIPT, [*RESUME, "--total-timesteps", "100000"], tmp_path)
+    assert returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert 0 < checkpoint["global_step"] < 100000 and "stopped at iteration" in stdout
+
+
+# ---- bad input ----
+
+
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["--env-id", "Pong-v5"], ["'Pong-v5'", "Atari", "MuJoCo", "Pendulum-v1"]),
+        (["--env-id", "Hoper-v4"], ["'Hoper-v4'", "Hopper-v4"]),
+        (["--env-id", "CartPole-v1"], ["'CartPole-v1'", "classic control"]),
+        (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512", "--buffer-size 100"]),
+        (["--learning-starts", "2000000"], ["--learning-starts 2000000"]),
+        (["--tau", "0"], ["--tau", "(0, 1]"]),
+        (["--policy-frequency", "0"], ["--policy-frequency", "0"]),
+        (["--updates-per-step", "-1"], ["--updates-per-step", "-1"]),
+        (["--q-lr", "0"], ["--q-lr", "0"]),
+        (["--no-autotune", "--alpha", "-0.1"], ["--alpha", "-0.1"]),
+        (["--buffer-size", "100000000000"], ["replay buffer", "GiB", "--buffer-size"]),
+    ],
+)
+def test_bad_input_gives_one_clear_line_before_any_run_folder(tmp_path, args, fragments):
+    result = run_script(SCRIPT, *args, "--log-dir", str(tmp_path / "runs"), timeout=120)
+    assert_one_error_line(result, fragments, ignore_warnings=True)
+    assert not (tmp_path / "runs").exists()
