@@ -234,7 +234,7 @@ class Actor(nn.Module):
 
 
 class QNetworks(nn.Module):
-    """The soft Q-networks (256-256 ReLU on [obs, action]; SAC has two) as one batched network: each layer's weights are
+    """The Q-networks (256-256 ReLU on [obs, action]; SAC and TD3 have two, DDPG one) as one batched network: each layer's weights are
     stacked, shape (2, in, out), and one batched matmul runs both critics. Initialised as two nn.Linear stacks
     (uniform in +-1/sqrt(fan_in)). Returns (num_critics, B): Q1, Q2."""
 
@@ -307,7 +307,7 @@ def updates_due(global_step: int, num_envs: int, every: int) -> int:
 if __name__ == "__main__":
     args = tyro.cli(Args)
     keys = dict(critic_state_dict=dict, target_critic_state_dict=dict, entropy_state_dict=dict)
-    keys |= dict(q_optimizer_state_dict=dict, replay_buffer=dict)  # besides the actor, its optimiser, counters
+    keys |= dict(q_optimizer_state_dict=dict, replay_buffer=dict, num_updates=int)  # besides the actor, its optimiser
     checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer", "compile"))
@@ -358,6 +358,7 @@ if __name__ == "__main__":
 
     def training_state(iteration: int) -> dict:
         counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        counters |= dict(num_updates=num_updates)  # the delayed schedules go on where they were
         weights = dict(model_state_dict=actor.state_dict(), critic_state_dict=critic.state_dict())
         weights |= dict(target_critic_state_dict=target_critic.state_dict(), entropy_state_dict=entropy.state_dict())
         weights |= dict(optimizer_state_dict=policy_optimizer.state_dict(), q_optimizer_state_dict=q_optimizer.state_dict())
@@ -375,7 +376,7 @@ if __name__ == "__main__":
     obs, _ = envs.reset()
     # The step before the first one is not a boundary: the first transition of every env is real.
     prev_episode_over = np.zeros(args.num_envs, dtype=bool)
-    num_updates = 0  # critic updates so far in this process (the actor and target schedules count them)
+    num_updates = checkpoint["num_updates"] if checkpoint else 0  # critic updates: the actor and target schedules count them
     stats = policy_loss = alpha_loss = None
 
     for iteration in range(start_iteration, args.num_iterations + 1):

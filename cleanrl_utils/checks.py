@@ -22,6 +22,14 @@ def check_positive(args, *names: str) -> None:
             sys.exit(f"error: {flag(name)} must be {kind}, got {value}")
 
 
+def check_non_negative(args, *names: str) -> None:
+    """Each named field is >= 0 (a noise scale or a clip, where 0 turns it off)."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 0:
+            sys.exit(f"error: {flag(name)} must be >= 0 (0 = off), got {value}")
+
+
 def check_run_args(args) -> None:
     """The flags every script has: seed, learning rate, discounting, checkpoint and video intervals,
     threads."""

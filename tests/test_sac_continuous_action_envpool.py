@@ -227,26 +227,30 @@ RESUME = [
 
 
 def test_resume_with_the_buffer_continues(tmp_path):
-    """A 600-step run resumed to 1,200: same run folder, counters, networks, Adam states, alpha and buffer restored,
-    then training goes on from where it stopped."""
-    result = run_script(SCRIPT, *RESUME, "--total-timesteps", "600", "--log-dir", str(tmp_path))
+    """A 601-step run resumed to 1,200: same run folder, counters, networks, Adam states, alpha and buffer restored,
+    then training goes on from where it stopped. It stops after an odd number of critic updates (301): the actor's
+    schedule (2 updates every 2nd critic update) must go on from there, not restart."""
+    result = run_script(SCRIPT, *RESUME, "--total-timesteps", "601", "--log-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     path = os.path.join(run_dir, "checkpoint.pt")
     half = torch.load(path, weights_only=True)
-    # Pendulum's 200-step episodes: steps 201 and 401 are stale, not stored; a row is obs 3 | action 1 | reward | obs 3 | done
-    assert half["replay_buffer"]["rows"].shape == (598, 9) and half["replay_buffer"]["env_steps"] == 600
+    # Pendulum's 200-step episodes (truncated at steps 200 and 401): steps 201 and 402 are stale, not stored; a row is
+    # obs 3 | action 1 | reward | obs 3 | done
+    assert half["replay_buffer"]["rows"].shape == (599, 9) and half["replay_buffer"]["env_steps"] == 601
     assert half["entropy_state_dict"]["log_alpha"] < 0  # tuned below alpha = 1
+    adam_steps = lambda state: int(state["state"][0]["step"])  # noqa: E731
+    assert half["num_updates"] == adam_steps(half["q_optimizer_state_dict"]) == 301  # steps 301..601
+    assert adam_steps(half["optimizer_state_dict"]) == 300  # the actor: 2 updates at each even critic update
     result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1200")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "replay buffer: 598 transitions restored" in result.stdout and f"run folder: {run_dir}" in result.stdout
+    assert "replay buffer: 599 transitions restored" in result.stdout and f"run folder: {run_dir}" in result.stdout
     final = torch.load(path, weights_only=True)
-    assert (final["iteration"], final["global_step"]) == (1200, 1200)
-    adam_steps = lambda state: int(state["state"][0]["step"])  # noqa: E731
-    assert adam_steps(half["q_optimizer_state_dict"]) == 300 and adam_steps(final["q_optimizer_state_dict"]) == 900
-    assert adam_steps(final["optimizer_state_dict"]) == 900  # the actor: 2 updates every 2nd step
-    assert final["replay_buffer"]["rows"].shape == (1196, 9)  # new episodes from step 601: 801 and 1001 stale
-    assert torch.equal(final["replay_buffer"]["rows"][:598], half["replay_buffer"]["rows"])
+    assert (final["iteration"], final["global_step"], final["num_updates"]) == (1200, 1200, 900)
+    assert adam_steps(final["q_optimizer_state_dict"]) == 900
+    assert adam_steps(final["optimizer_state_dict"]) == 900  # 898 if the schedule restarted at the resume
+    assert final["replay_buffer"]["rows"].shape == (1196, 9)  # new episodes from step 602: 802 and 1003 stale
+    assert torch.equal(final["replay_buffer"]["rows"][:599], half["replay_buffer"]["rows"])
 
 
 def test_resume_without_the_buffer_refills_it(tmp_path):

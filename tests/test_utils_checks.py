@@ -13,6 +13,7 @@ from cleanrl_utils.checks import (
     check_epsilon_schedule,
     check_gymnasium_env,
     check_memory,
+    check_non_negative,
     check_positive,
     check_replay_args,
     check_rollout_shape,
@@ -77,6 +78,14 @@ def test_seed_bounds(seed):
 )
 def test_run_arg_errors(overrides, expected):
     one_line_exit(lambda: check_run_args(run_args(**overrides)), expected)
+
+
+def test_check_non_negative_allows_zero_and_names_the_flag():
+    check_non_negative(SimpleNamespace(noise_clip=0.0, policy_noise=0.2), "noise_clip", "policy_noise")
+    one_line_exit(
+        lambda: check_non_negative(SimpleNamespace(policy_noise=-0.1), "policy_noise"),
+        "error: --policy-noise must be >= 0 (0 = off), got -0.1",
+    )
 
 
 def test_check_positive_skips_none_and_names_the_flag():
