@@ -32,6 +32,8 @@ def test_atari_training_films_evaluation_games_in_a_separate_process(tmp_path):
 TRAINING_VIDEO_RUNS = {
     "ppo": ["--env-id", "CartPole-v1", "--total-timesteps", "1536"],
     "ppo_continuous_action": ["--env-id", "Hopper-v4", "--total-timesteps", "768", "--num-envs", "4", "--num-steps", "64"],
+    # one iteration = one env step; training from step 2 on
+    "sac_continuous_action_envpool": ["--env-id", "Hopper-v4", "--total-timesteps", "3", "--learning-starts", "1"],
     "ppo_continuous_action_envpool": [
         "--env-id",
         "Hopper-v4",
