@@ -324,6 +324,38 @@ def evaluate_dqn_atari_envpool(
     return play(envs, act, episodes, atari=True, video_dir=video_dir)
 
 
+def evaluate_gaussian_policy_envpool(
+    script_name: str, checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
+) -> list[float]:
+    """The on-policy MuJoCo scripts beside PPO (REINFORCE, A2C, NPG, TRPO): their `Agent(obs_dim, action_dim)` has
+    `actor_mean` and a state-independent `actor_logstd`; observations are normalised with the saved statistics,
+    frozen. Samples from the Gaussian, or plays its mean with --greedy; actions clipped to the bounds."""
+    script = importlib.import_module(f"cleanrl.{script_name}")
+    train_args = checkpoint["args"]
+    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
+    agent = script.Agent(int(np.prod(obs_shape)), int(np.prod(action_space.shape)))
+    agent.load_state_dict(checkpoint["model_state_dict"])
+    agent.to(device).eval()
+    obs_rms = script.RunningMeanStd(obs_shape)
+    obs_rms.load_state_dict(checkpoint["obs_rms"])
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            obs_t = torch.as_tensor(script.normalize_obs(obs, obs_rms, train_args["obs_clip"]), device=device)
+            mean = agent.actor_mean(obs_t)
+            if not greedy:
+                noise = torch.randn(mean.shape, generator=generator, device=device)
+                mean = mean + agent.actor_logstd.exp() * noise
+        return np.clip(mean.cpu().numpy(), action_space.low, action_space.high).astype(np.float32)
+
+    returns = play(envs, act, episodes)
+    if video_dir:
+        record_gymnasium_episodes(train_args["env_id"], act, video_dir, episodes, seed)
+    return returns
+
+
 def evaluate_off_policy_continuous(
     script_name: str, checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
 ) -> list[float]:
@@ -346,19 +378,28 @@ def evaluate_off_policy_continuous(
     return returns
 
 
-EVALUATORS = {
-    "ppo_continuous_action_envpool_xla_jax": evaluate_continuous_action_envpool_xla_jax,
-    "ppo_atari_envpool_xla_jax": evaluate_atari_envpool_xla_jax,
-    "ppo_atari_envpool": evaluate_atari_envpool,
-    "ppo": evaluate_ppo,
-    "ppo_continuous_action": evaluate_ppo_continuous_action,
-    "ppo_continuous_action_envpool": evaluate_continuous_action_envpool,
-    "dqn": evaluate_dqn,
-    "dqn_atari_envpool": evaluate_dqn_atari_envpool,
-} | {
-    name: functools.partial(evaluate_off_policy_continuous, name)
-    for name in ("sac_continuous_action_envpool", "td3_continuous_action_envpool", "ddpg_continuous_action_envpool")
-}
+EVALUATORS = (
+    {
+        "ppo_continuous_action_envpool_xla_jax": evaluate_continuous_action_envpool_xla_jax,
+        "ppo_atari_envpool_xla_jax": evaluate_atari_envpool_xla_jax,
+        "ppo_atari_envpool": evaluate_atari_envpool,
+        "ppo": evaluate_ppo,
+        "ppo_continuous_action": evaluate_ppo_continuous_action,
+        "ppo_continuous_action_envpool": evaluate_continuous_action_envpool,
+        "dqn": evaluate_dqn,
+        "dqn_atari_envpool": evaluate_dqn_atari_envpool,
+    }
+    | {
+        name: functools.partial(evaluate_off_policy_continuous, name)
+        for name in ("sac_continuous_action_envpool", "td3_continuous_action_envpool", "ddpg_continuous_action_envpool")
+    }
+    | {
+        f"{name}_continuous_action_envpool": functools.partial(
+            evaluate_gaussian_policy_envpool, f"{name}_continuous_action_envpool"
+        )
+        for name in ("reinforce", "a2c", "npg", "trpo")
+    }
+)
 # The epsilon-greedy evaluators take --epsilon; the others sample from (or take the mode of) their policy.
 EPSILON_GREEDY = {"dqn", "dqn_atari_envpool"}
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Sweep of cleanrl/npg_continuous_action_envpool.py at Tianshou's MuJoCo benchmark settings: every env x every seed,
+# TOTAL steps each (default 1M, the steps of Tianshou's table; TOTAL=3000000 for its REINFORCE row), with a checkpoint
+# every CHECKPOINT_EVERY iterations, then the plots. Everything goes into one folder of its own,
+# runs/sweeps/npg_continuous_action_envpool-<date>-<time>: the runs, their logs (logs/) and the plots (plots/).
+#   ENVS="Hopper-v4" SEEDS="1" bash benchmark/npg_continuous_action_envpool.sh    # a subset
+#   EXTRA="--track" WORKERS=2 bash benchmark/npg_continuous_action_envpool.sh   # wandb, two runs at once
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+ENVS=${ENVS:-"HalfCheetah-v4 Hopper-v4 Walker2d-v4"}
+SEEDS=${SEEDS:-"1 2 3"}
+TOTAL=${TOTAL:-1000000}
+CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-50}
+WORKERS=${WORKERS:-1}
+EXTRA=${EXTRA:-}
+SWEEP=${SWEEP:-runs/sweeps/npg_continuous_action_envpool-$(date +%Y%m%d-%H%M%S)}
+LOG_DIR=$(printf %q "$SWEEP")  # --log-dir of every run, quoted for the --command string
+echo "sweep folder: $SWEEP"
+status=0
+# shellcheck disable=SC2086
+$PY -m cleanrl_utils.benchmark \
+  --command "$PY cleanrl/npg_continuous_action_envpool.py --total-timesteps $TOTAL --checkpoint-every $CHECKPOINT_EVERY --log-dir $LOG_DIR $EXTRA" \
+  --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" --log-dir "$SWEEP/logs" || status=1
+$PY -m cleanrl_utils.plot --log-dir "$SWEEP" --output-dir "$SWEEP/plots" || status=1
+exit $status
