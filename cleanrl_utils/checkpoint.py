@@ -48,13 +48,30 @@ def write_atomically(path: str, write: Callable) -> None:
     os.replace(tmp_path, path)
 
 
-def save_torch(path: str, state: dict, progress=None) -> None:
+def kept_checkpoint_path(path: str, global_step: int) -> str:
+    """Where `--keep-checkpoints` keeps the checkpoint of `global_step`: beside `path`, the step zero-padded so
+    that the files sort in training order (runs/<run>/checkpoint-000307200.pt)."""
+    root, ext = os.path.splitext(path)
+    return f"{root}-{global_step:09d}{ext}"
+
+
+def save_torch(path: str, state: dict, progress=None, keep: bool = False) -> None:
     """With `progress` (the run's ProgressLine), a save that took over a second is reported in one line, size
-    and time: a checkpoint holding a replay buffer is GBs."""
+    and time: a checkpoint holding a replay buffer is GBs. With `keep` the checkpoint is also kept under its
+    step (kept_checkpoint_path), a hard link where the file system allows: the next save renames a new file
+    over `path`, so the kept one is never overwritten, and costs no second copy."""
     import torch
 
     start = time.time()
     write_atomically(path, lambda f: torch.save(state, f))
+    if keep:
+        kept = kept_checkpoint_path(path, state["global_step"])
+        if os.path.exists(kept):  # a resumed run saving the same step again
+            os.remove(kept)
+        try:
+            os.link(path, kept)
+        except OSError:  # no hard links here (some network and FAT file systems)
+            write_atomically(kept, lambda f: torch.save(state, f))
     seconds = time.time() - start
     if progress is not None and seconds > 1:
         progress.end_line()

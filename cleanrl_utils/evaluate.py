@@ -2,6 +2,11 @@
 
     python -m cleanrl_utils.evaluate --model-path runs/<run>/ppo_atari_envpool.cleanrl_model --episodes 10
     python -m cleanrl_utils.evaluate --model-path ... --episodes 2 --capture-video   # MP4s beside the model
+    python -m cleanrl_utils.evaluate --model-path runs/<run> --greedy   # every kept checkpoint, and the best
+
+A folder evaluates each `checkpoint-<step>.pt` a run kept with `--keep-checkpoints`, in training order, on the
+same evaluation seed, and names the best: the "best mean test return during training" that Tianshou's tables
+report, next to which a run's final training return is the stricter figure.
 
 A `.cleanrl_model` file holds the script name, its args and the weights (plus, for scripts that
 normalise observations, the normaliser state), so nothing else needs to be passed. The network and
@@ -11,6 +16,7 @@ env factory are imported from the script itself: evaluation plays exactly what t
 import functools
 import importlib
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -25,7 +31,8 @@ from cleanrl_utils.video import record_gymnasium_episodes
 @dataclass
 class EvalArgs:
     model_path: str
-    """path of a `.cleanrl_model` file written by a script's `--save-model`"""
+    """path of a `.cleanrl_model` file written by a script's `--save-model` (or a checkpoint), or a run folder whose
+    kept checkpoints (`--keep-checkpoints`) are evaluated one by one"""
     episodes: int = 10
     """number of episodes (Atari: whole games) to play"""
     seed: int = 10_000
@@ -142,9 +149,9 @@ def torch_sampler(agent, device: torch.device, greedy: bool, normalize=None, low
 
 
 def evaluate_atari_envpool(
-    checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
+    script_name: str, checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
 ) -> list[float]:
-    script = importlib.import_module("cleanrl.ppo_atari_envpool")
+    script = importlib.import_module(f"cleanrl.{script_name}")
     train_args = checkpoint["args"]
     render_mode = "rgb_array" if video_dir else None
     envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], render_mode=render_mode)
@@ -382,13 +389,13 @@ EVALUATORS = (
     {
         "ppo_continuous_action_envpool_xla_jax": evaluate_continuous_action_envpool_xla_jax,
         "ppo_atari_envpool_xla_jax": evaluate_atari_envpool_xla_jax,
-        "ppo_atari_envpool": evaluate_atari_envpool,
         "ppo": evaluate_ppo,
         "ppo_continuous_action": evaluate_ppo_continuous_action,
         "ppo_continuous_action_envpool": evaluate_continuous_action_envpool,
         "dqn": evaluate_dqn,
         "dqn_atari_envpool": evaluate_dqn_atari_envpool,
     }
+    | {name: functools.partial(evaluate_atari_envpool, name) for name in ("ppo_atari_envpool",)}
     | {
         name: functools.partial(evaluate_off_policy_continuous, name)
         for name in ("sac_continuous_action_envpool", "td3_continuous_action_envpool", "ddpg_continuous_action_envpool")
@@ -426,11 +433,47 @@ def evaluate(
     return EVALUATORS[script](checkpoint, episodes, seed, device, greedy, video_dir, **exploration)
 
 
+def kept_checkpoints(run_dir: str) -> list[tuple[int, str]]:
+    """(global step, path) of every checkpoint a run kept with --keep-checkpoints, in training order."""
+    kept = []
+    for name in os.listdir(run_dir):
+        match = re.fullmatch(r"checkpoint-(\d+)\.pt", name)
+        if match:
+            kept.append((int(match.group(1)), os.path.join(run_dir, name)))
+    return sorted(kept)
+
+
+def evaluate_kept_checkpoints(run_dir: str, args: EvalArgs) -> tuple[int, float]:
+    """Each kept checkpoint of `run_dir` played for `args.episodes` episodes, one line each; returns the step
+    and mean return of the best."""
+    kept = kept_checkpoints(run_dir)
+    if not kept:
+        sys.exit(
+            f"error: --model-path {run_dir!r} is a folder without kept checkpoints (checkpoint-<step>.pt, written by a run with --keep-checkpoints)"
+        )
+    best_step, best_mean = 0, -np.inf
+    for step, path in kept:
+        returns = evaluate(path, args.episodes, args.seed, args.greedy, args.cuda, epsilon=args.epsilon)
+        print(
+            f"step {step:>11,}: mean return over {len(returns)} episodes {np.mean(returns):10.2f} +- {np.std(returns):.2f}",
+            flush=True,
+        )
+        if np.mean(returns) > best_mean:
+            best_step, best_mean = step, float(np.mean(returns))
+    print(f"best: step {best_step:,}, mean return {best_mean:.2f} (of {len(kept)} kept checkpoints)")
+    return best_step, best_mean
+
+
 def main() -> None:
     args = tyro.cli(EvalArgs)
     if args.torch_threads < 0:
         sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
     torch.set_num_threads(torch_threads(args.torch_threads))
+    if os.path.isdir(args.model_path):
+        if args.capture_video:
+            sys.exit(f"error: --capture-video films one model: give a file, not the folder {args.model_path!r}")
+        evaluate_kept_checkpoints(args.model_path, args)
+        return
     video_dir = None
     if args.capture_video:
         video_dir = args.video_dir or os.path.join(os.path.dirname(os.path.abspath(args.model_path)), "videos")

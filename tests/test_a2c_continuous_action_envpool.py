@@ -115,7 +115,8 @@ THRESHOLD = 900.0
 @pytest.fixture(scope="module")
 def pendulum_run(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("pendulum")
-    result = run_script(SCRIPT, *INVERTED_PENDULUM, "--log-dir", str(log_dir), "--save-model", timeout=900)
+    keep = ["--checkpoint-every", "400", "--keep-checkpoints"]  # 1,250 iterations of 80 steps: 4 kept
+    result = run_script(SCRIPT, *INVERTED_PENDULUM, *keep, "--log-dir", str(log_dir), "--save-model", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return only_run_dir(log_dir)
 
@@ -143,6 +144,28 @@ def test_saved_model_evaluates_from_the_command_line(pendulum_run):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
+
+
+def test_kept_checkpoints_evaluate_one_by_one_and_name_the_best(pendulum_run):
+    """--keep-checkpoints leaves one file per save under its step; `evaluate --model-path <run folder>` plays each
+    and names the best (Tianshou's "best test return during training")."""
+    kept = sorted(name for name in os.listdir(pendulum_run) if name.startswith("checkpoint-"))
+    steps = [32_000, 64_000, 96_000, 100_000]
+    assert kept == [f"checkpoint-{step:09d}.pt" for step in steps]
+    states = [torch.load(os.path.join(pendulum_run, name), weights_only=True) for name in kept]
+    assert [state["global_step"] for state in states] == steps  # each file is its own save, not the last one
+    assert [state["iteration"] for state in states] == [400, 800, 1200, 1250]
+    last = torch.load(os.path.join(pendulum_run, "checkpoint.pt"), weights_only=True)
+    assert all(torch.equal(last["model_state_dict"][k], v) for k, v in states[-1]["model_state_dict"].items())
+    assert not torch.equal(states[0]["model_state_dict"]["actor_logstd"], states[-1]["model_state_dict"]["actor_logstd"])
+    command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", pendulum_run, "--episodes", "2", "--greedy"]
+    result = subprocess.run(command + EVAL_FLAGS, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    means = {int(line.split()[1][:-1].replace(",", "")): float(line.split()[-3]) for line in lines[:-1]}
+    assert sorted(means) == steps, result.stdout
+    best_step = max(means, key=means.get)
+    assert lines[-1] == f"best: step {best_step:,}, mean return {means[best_step]:.2f} (of 4 kept checkpoints)"
 
 
 @pytest.mark.parametrize(

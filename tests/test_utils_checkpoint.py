@@ -182,6 +182,26 @@ def test_a_slow_torch_save_is_reported_in_one_line(tmp_path, capsys, monkeypatch
     assert capsys.readouterr().out == f"checkpoint: {size:.2f} GB written in 2.5 s\n" and progress.ended == 1
 
 
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_kept_checkpoints_hold_their_own_step(tmp_path, monkeypatch, hard_links):
+    """--keep-checkpoints: each save also stays under its step, untouched by later saves (the next save renames a
+    new file over checkpoint.pt, so a hard link keeps the old one); a resumed run saving a kept step again replaces
+    it; without hard links the state is written a second time."""
+    import cleanrl_utils.checkpoint as checkpoint_module
+
+    if not hard_links:
+        monkeypatch.setattr(checkpoint_module.os, "link", lambda *_: (_ for _ in ()).throw(OSError("no links")))
+    path = str(tmp_path / "checkpoint.pt")
+    for step in (1024, 2048, 2048):
+        save_torch(path, {"global_step": step, "x": torch.full((3,), float(step))}, keep=True)
+    save_torch(path, {"global_step": 4096, "x": torch.zeros(3)})  # not kept
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-000001024.pt", "checkpoint-000002048.pt", "checkpoint.pt"]
+    for step in (1024, 2048):
+        kept = torch.load(checkpoint_module.kept_checkpoint_path(path, step), weights_only=True)
+        assert kept["global_step"] == step and torch.equal(kept["x"], torch.full((3,), float(step)))
+    assert torch.load(path, weights_only=True)["global_step"] == 4096
+
+
 def test_msgpack_round_trip_is_bit_exact(tmp_path):
     path = str(tmp_path / "checkpoint.msgpack")
     rng = np.random.default_rng(0)

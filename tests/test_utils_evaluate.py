@@ -75,6 +75,12 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     one_line_exit(lambda: evaluate(str(tmp_path / "other.cleanrl_model"), episodes=0), "--episodes must be a positive")
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--torch-threads", "-1"])
     one_line_exit(evaluate_module.main, "--torch-threads must be >= 0 (0 = auto), got -1")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"")  # the last checkpoint only: nothing was kept
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", str(tmp_path / "run")])
+    one_line_exit(evaluate_module.main, "is a folder without kept checkpoints", "--keep-checkpoints")
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", str(tmp_path / "run"), "--capture-video"])
+    one_line_exit(evaluate_module.main, "--capture-video films one model: give a file, not the folder")
 
 
 @pytest.mark.parametrize(
