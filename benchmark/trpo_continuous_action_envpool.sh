@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Sweep of cleanrl/trpo_continuous_action_envpool.py at Tianshou's MuJoCo benchmark settings: every env x every seed,
 # TOTAL steps each (default 1M, the steps of Tianshou's table; TOTAL=3000000 for its REINFORCE row), with a checkpoint
-# every CHECKPOINT_EVERY iterations, then the plots. Everything goes into one folder of its own,
-# runs/sweeps/trpo_continuous_action_envpool-<date>-<time>: the runs, their logs (logs/) and the plots (plots/).
+# kept every CHECKPOINT_EVERY iterations (default 30: ~30,000 steps at 16 envs x 64 steps, Tianshou's epoch), then the plots
+# and, per run, the best mean return of 10 deterministic evaluation episodes over the kept checkpoints (Tianshou's
+# figure; eval.txt in each run folder), to read beside the final training returns in plots/summary.md. Everything
+# goes into one folder of its own, runs/sweeps/trpo_continuous_action_envpool-<date>-<time>: the runs, their logs (logs/)
+# and the plots (plots/).
 #   ENVS="Hopper-v4" SEEDS="1" bash benchmark/trpo_continuous_action_envpool.sh    # a subset
 #   EXTRA="--track" WORKERS=2 bash benchmark/trpo_continuous_action_envpool.sh   # wandb, two runs at once
 set -uo pipefail
@@ -11,7 +14,7 @@ PY=${PYTHON:-.venv/bin/python}
 ENVS=${ENVS:-"HalfCheetah-v4 Hopper-v4 Walker2d-v4"}
 SEEDS=${SEEDS:-"1 2 3"}
 TOTAL=${TOTAL:-1000000}
-CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-50}
+CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-30}
 WORKERS=${WORKERS:-1}
 EXTRA=${EXTRA:-}
 SWEEP=${SWEEP:-runs/sweeps/trpo_continuous_action_envpool-$(date +%Y%m%d-%H%M%S)}
@@ -20,7 +23,12 @@ echo "sweep folder: $SWEEP"
 status=0
 # shellcheck disable=SC2086
 $PY -m cleanrl_utils.benchmark \
-  --command "$PY cleanrl/trpo_continuous_action_envpool.py --total-timesteps $TOTAL --checkpoint-every $CHECKPOINT_EVERY --log-dir $LOG_DIR $EXTRA" \
+  --command "$PY cleanrl/trpo_continuous_action_envpool.py --total-timesteps $TOTAL --checkpoint-every $CHECKPOINT_EVERY --keep-checkpoints --log-dir $LOG_DIR $EXTRA" \
   --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" --log-dir "$SWEEP/logs" || status=1
 $PY -m cleanrl_utils.plot --log-dir "$SWEEP" --output-dir "$SWEEP/plots" || status=1
+for run in "$SWEEP"/*__*__*/; do
+  [ -f "$run/checkpoint.pt" ] || continue
+  $PY -m cleanrl_utils.evaluate --model-path "$run" --greedy --episodes 10 --no-cuda > "$run/eval.txt" || status=1
+  echo "$(basename "$run"): $(tail -n 1 "$run/eval.txt")"
+done
 exit $status
