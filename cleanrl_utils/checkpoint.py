@@ -217,6 +217,7 @@ MAY_CHANGE_ON_RESUME = (
     "wandb_project_name",
     "wandb_entity",
     "checkpoint_every",
+    "keep_checkpoints",
     "capture_video",
     "video_every",
     "torch_threads",

@@ -151,6 +151,8 @@ def torch_sampler(agent, device: torch.device, greedy: bool, normalize=None, low
 def evaluate_atari_envpool(
     script_name: str, checkpoint: dict, episodes: int, seed: int, device: torch.device, greedy: bool, video_dir=None
 ) -> list[float]:
+    """PPO on EnvPool Atari: the sync script and its async and torch.distributed siblings share `make_env`, `Agent`
+    and the checkpoint's weights, so one evaluator plays all three (imported from the script that trained)."""
     script = importlib.import_module(f"cleanrl.{script_name}")
     train_args = checkpoint["args"]
     render_mode = "rgb_array" if video_dir else None
@@ -395,7 +397,10 @@ EVALUATORS = (
         "dqn": evaluate_dqn,
         "dqn_atari_envpool": evaluate_dqn_atari_envpool,
     }
-    | {name: functools.partial(evaluate_atari_envpool, name) for name in ("ppo_atari_envpool",)}
+    | {
+        name: functools.partial(evaluate_atari_envpool, name)
+        for name in ("ppo_atari_envpool", "ppo_atari_envpool_async", "ppo_atari_envpool_distributed")
+    }
     | {
         name: functools.partial(evaluate_off_policy_continuous, name)
         for name in ("sac_continuous_action_envpool", "td3_continuous_action_envpool", "ddpg_continuous_action_envpool")
