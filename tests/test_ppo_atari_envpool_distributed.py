@@ -90,11 +90,34 @@ def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
-def start_torchrun(*args: str) -> subprocess.Popen:
+# torchrun reports no worker's exit code after a signal, so the Ctrl-C test runs each worker through this wrapper: the
+# script runs as __main__ in the worker's own interpreter (same signal handlers) and the exit code it leaves is written
+# to <dir>/exit-<rank>.
+RECORD_EXIT_CODE = """
+import os, runpy, sys
+record_dir, script = sys.argv[1], sys.argv[2]
+sys.argv = sys.argv[2:]
+code = 0
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as exit:
+    code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+with open(os.path.join(record_dir, "exit-" + os.environ["RANK"]), "w") as f:
+    f.write(str(code))
+sys.exit(code)
+"""
+
+
+def start_torchrun(*args: str, record_exit_codes_in: str | None = None) -> subprocess.Popen:
     """A torchrun launch in its own session (as a terminal's foreground job: Ctrl-C reaches the launcher, which passes
-    it on to its workers, each in a session of its own)."""
+    it on to its workers, each in a session of its own). With `record_exit_codes_in`, each worker writes the exit code
+    the script left there (RECORD_EXIT_CODE)."""
+    command = [*TORCHRUN, SCRIPT_PATH, *args]
+    if record_exit_codes_in is not None:
+        wrapper = [sys.executable, "-c", RECORD_EXIT_CODE, record_exit_codes_in, SCRIPT_PATH]
+        command = [*TORCHRUN[:3], "--no-python", *TORCHRUN[3:], *wrapper, *args]
     return subprocess.Popen(
-        [*TORCHRUN, SCRIPT_PATH, *args],
+        command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -251,7 +274,17 @@ def test_plain_python_trains_exactly_as_the_sync_script(tmp_path):
 
 
 def test_ctrl_c_on_the_launcher_checkpoints_once_and_resume_continues(tmp_path):
-    process = start_torchrun(*PONG, *SHORT_ITERATIONS, "--total-timesteps", "200000", "--log-dir", str(tmp_path))
+    exit_codes = tmp_path / "exit-codes"
+    exit_codes.mkdir()
+    process = start_torchrun(
+        *PONG,
+        *SHORT_ITERATIONS,
+        "--total-timesteps",
+        "200000",
+        "--log-dir",
+        str(tmp_path / "runs"),
+        record_exit_codes_in=str(exit_codes),
+    )
     head = wait_for_progress(process)
     process.send_signal(signal.SIGINT)  # what the terminal's Ctrl-C sends to the launcher
     stdout, stderr = process.communicate(timeout=120)
@@ -262,8 +295,9 @@ def test_ctrl_c_on_the_launcher_checkpoints_once_and_resume_continues(tmp_path):
     assert stopped, stdout + stderr
     assert "forcefully" not in stderr and not error_lines(stderr), stderr
     assert stderr.count("Ctrl-C: stopping after this iteration") == 2, stderr  # both ranks, one signal each
+    assert {path.name: path.read_text() for path in exit_codes.iterdir()} == {"exit-0": "0", "exit-1": "0"}
     iteration, checkpoint = int(stopped.group(1)), stopped.group(2)
-    run_dir = only_run_dir(tmp_path)
+    run_dir = only_run_dir(tmp_path / "runs")
     assert glob.glob(os.path.join(run_dir, "checkpoint*")) == [checkpoint]
     saved = torch.load(checkpoint, weights_only=False)
     assert saved["iteration"] == iteration and saved["world_size"] == 2
