@@ -98,7 +98,7 @@ def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], 
         _fail(flag, path, f"is a checkpoint of {checkpoint.get('script')!r}, not of {script!r}")
     for name, expected in {**COMMON_KEYS, **keys}.items():
         if name not in checkpoint:
-            _fail(flag, path, f"has no {name!r} entry (a damaged or hand-edited checkpoint)")
+            _fail(flag, path, f"has no {name!r} entry (written by an older version of the script, or damaged)")
         value = checkpoint[name]
         if expected is int and isinstance(value, np.ndarray | np.generic) and np.ndim(value) == 0:
             value = value.item()  # msgpack gives numpy scalars back
