@@ -86,6 +86,16 @@ for _ in range(4):
 rollout_s, update_s = np.median(rollout_times[1:]), np.median(update_times[1:])  # the first is warm-up
 print(f"async per iteration ({args.batch_size} steps, median of 3): rollout {rollout_s:.2f} s, GAE + update {update_s:.2f} s; "
       f"serial bound {args.batch_size / (rollout_s + update_s):.0f} SPS, overlap bound {args.batch_size / max(rollout_s, update_s):.0f} SPS")
+# A learner in a process of its own gets one core of two (the actor and EnvPool's threads have the other): its update
+# runs on one torch thread, so a process-based overlap is bounded by max(rollout, update on one thread).
+torch.set_num_threads(1)
+one_thread_times = []
+for _ in range(3):
+    start = time.perf_counter()
+    ppo_update(agent, optimizer, [x.reshape((args.batch_size,) + x.shape[2:]) for x in rollout], args, generator)
+    one_thread_times.append(time.perf_counter() - start)
+update_1 = np.median(one_thread_times)
+print(f"update on one torch thread {update_1:.2f} s: process-overlap bound {args.batch_size / max(rollout_s, update_1):.0f} SPS")
 PYEOF
 
 sps_of() {  # the last SPS figure the script printed
