@@ -66,4 +66,4 @@ for i in "${!configs[@]}"; do
   printf '  %-24s %7.1f SPS  %5.2fx\n' "${configs[$i]%%|*}" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {print a / b}')"
 done
 echo "per-step split, the baseline's own timers (last repeat): $(grep -o 'per step:.*' "$LOGDIR/$REPEATS-0.log")"
-$PY benchmark/sac_step_split.py --env-id "$ENV_ID"
+$PY benchmark/sac_step_split.py --env-id "$ENV_ID" --profile

@@ -2,7 +2,7 @@
 (a critic step; every 2nd step 2 actor and entropy steps; the Polyak average), each timed alone over many repeats with
 the script's own networks, losses and optimisers, on real transitions in its replay buffer. Called by
 benchmark/sac_continuous_action_envpool_sps.sh; alone:
-    python benchmark/sac_step_split.py --env-id Hopper-v4 [--bf16] [--compile] [--torch-threads 0]"""
+    python benchmark/sac_step_split.py --env-id Hopper-v4 [--bf16] [--compile] [--torch-threads 0] [--profile]"""
 
 import argparse
 import time
@@ -31,7 +31,7 @@ def per_call_ms(call, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-def split(env_id: str, bf16: bool, compile: bool, repeats: int) -> str:
+def split(env_id: str, bf16: bool, compile: bool, repeats: int, profile: bool = False) -> str:
     torch.manual_seed(1)
     envs = make_env(env_id, 1, seed=1)
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
@@ -82,9 +82,30 @@ def split(env_id: str, bf16: bool, compile: bool, repeats: int) -> str:
     envs.close()
     total = env_ms + action_ms + update_ms
     flags = " ".join(flag for flag, on in (("--bf16", bf16), ("--compile", compile)) if on) or "defaults"
-    return (
+    line = (
         f"sac ({flags}): per step: env {env_ms:.2f} ms, action {action_ms:.2f} ms, update {update_ms:.2f} ms "
         f"(sum {total:.2f} ms = {1e3 / total:.0f} SPS)"
+    )
+    return line + ("\n" + update_profile(update) if profile else "")
+
+
+MATMULS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")
+
+
+def update_profile(update, steps: int = 100) -> str:
+    """Where an update's time goes, by torch.profiler's self CPU time per op (the profiler adds its own overhead,
+    so the shares are the figure): the matrix products against everything else."""
+    with torch.profiler.profile() as prof:
+        for _ in range(steps):
+            update()
+    ops = [(event.key, event.self_cpu_time_total / steps / 1e3) for event in prof.key_averages()]
+    total = sum(ms for _, ms in ops)
+    matmul = sum(ms for name, ms in ops if name in MATMULS)
+    adam = sum(ms for name, ms in ops if "Adam" in name or "adam" in name)
+    top = ", ".join(f"{name} {ms:.2f}" for name, ms in sorted(ops, key=lambda op: -op[1])[:6])
+    return (
+        f"  under the profiler, per step: {total:.2f} ms; matrix products {matmul:.2f} ms ({matmul / total:.0%}), "
+        f"Adam {adam:.2f} ms, the other ops {total - matmul - adam:.2f} ms; top ops (ms): {top}"
     )
 
 
@@ -95,8 +116,9 @@ if __name__ == "__main__":
     parser.add_argument("--torch-threads", type=int, default=0)
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="also print the update's time per op kind (torch.profiler)")
     args = parser.parse_args()
     torch.set_num_threads(torch_threads(args.torch_threads))
     configs = [(args.bf16, args.compile)] if args.bf16 or args.compile else [(False, False), (True, False), (True, True)]
     for bf16, compile in configs:
-        print(split(args.env_id, bf16, compile, args.repeats), flush=True)
+        print(split(args.env_id, bf16, compile, args.repeats, args.profile), flush=True)
