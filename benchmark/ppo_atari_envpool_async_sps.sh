@@ -2,7 +2,8 @@
 # Throughput of cleanrl/ppo_atari_envpool_async.py beside the sync script, in one run so the ratios are
 # comparable on a noisy machine:
 #   1. raw EnvPool steps/s, random actions: sync (8 envs, step) vs async (16 envs, recv/send batches of 8);
-#   2. the per-iteration split of the async script at its defaults (rollout, update), timed in-process;
+#   2. the per-iteration split of the async script at its defaults (rollout, update), timed in-process, and the
+#      update on one torch thread (what a learner process of its own would get: the bound of a process overlap);
 #   3. SPS of ppo_atari_envpool.py, of this script, and of this script with --overlap; configurations
 #      alternate and each is repeated REPEATS times, the median is printed.
 # Where the time goes (issue 14): an iteration is rollout + update; --overlap runs the next rollout in a thread
