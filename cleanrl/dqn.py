@@ -37,6 +37,7 @@ from cleanrl_utils.checks import (
     check_replay_args,
     check_run_args,
 )
+from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
     checkpoint_due,
@@ -44,7 +45,6 @@ from cleanrl_utils.run import (
     make_writer,
     run_folder,
     torch_all_finite,
-    torch_threads,
 )
 from cleanrl_utils.vector_env_state import SavedVectorEnv
 from cleanrl_utils.video import VideoJobs
@@ -274,6 +274,8 @@ if __name__ == "__main__":
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
     validate_args(args)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
@@ -283,9 +285,6 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(torch_threads(args.torch_threads))
-
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup. Sync envs are saved in the checkpoint and continue their episodes on resume; async ones
     # (subprocesses) cannot be snapshotted: a resumed async run plays new episodes, the unfinished ones go unlogged.
@@ -385,6 +384,8 @@ if __name__ == "__main__":
         if logging:
             writer.add_scalar("charts/epsilon", epsilon, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
+            writer.add_scalar("charts/torch_threads", threads.count, global_step)
+            threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
             exit_if_diverged(
                 torch_all_finite(q_network, loss), iteration, global_step, checkpoint_path, writer, progress, args.resume

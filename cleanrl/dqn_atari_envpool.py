@@ -11,6 +11,7 @@ if __name__ == "__main__":
 import os
 import random
 from dataclasses import dataclass
+from typing import Literal
 
 import envpool
 import numpy as np
@@ -36,6 +37,7 @@ from cleanrl_utils.checks import (
     check_replay_args,
     check_run_args,
 )
+from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
     checkpoint_due,
@@ -43,7 +45,6 @@ from cleanrl_utils.run import (
     make_writer,
     run_folder,
     torch_all_finite,
-    torch_threads,
 )
 from cleanrl_utils.video import VideoJobs
 
@@ -117,17 +118,17 @@ class Args:
     max_episode_steps: int = 27_000
     """time limit per game in agent steps (27,000 = 108,000 frames); reaching it truncates"""
 
-    # Speed levers: each keeps the learning curve (see README); `--no-<flag>` turns one off
-    bf16: bool = True
-    """run the network trunk under bfloat16 autocast (CPU with AMX, or CUDA); the Q-value head stays fp32"""
-    channels_last: bool = True
-    """use channels-last memory format for the convolutions"""
+    # Speed levers: each keeps the learning curve (see README); auto picks what is fastest on this machine
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """the network trunk's precision (the Q-value head stays fp32). auto: bf16 autocast where the machine computes bf16 natively (a CPU with AVX512-BF16 or AMX, as oneDNN sees it; CUDA compute capability >= 8.0), else fp32. The run saves the resolved value"""
+    channels_last: Literal["auto", "on", "off"] = "auto"
+    """channels-last memory format for the convolutions. auto: on in fp32 and on CUDA, off for bf16 on CPU"""
     uint8_obs: bool = True
     """hand sampled batches to the network as uint8, scaled to [0, 1] inside it (else as float32, CleanRL's way)"""
     fused_adam: bool = True
     """Adam as one fused kernel over all parameters (on CPU 0.7 ms instead of 5.4 ms a step for this network)"""
     torch_threads: int = 0
-    """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
+    """torch intra-op threads on CPU. 0 (auto): OMP_NUM_THREADS if set, else the cores no other process keeps busy, re-checked every 5 s. Set N for bit-identical reruns"""
 
     # to be filled in runtime (not flags)
     num_iterations: tyro.conf.Suppress[int] = 0
@@ -342,6 +343,8 @@ if __name__ == "__main__":
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
     validate_args(args)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
@@ -351,18 +354,15 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(torch_threads(args.torch_threads))
-
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup. EnvPool cannot snapshot its games: a resumed run plays new ones (new seeds); unfinished ones go unlogged.
     env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
     envs = make_env(args.env_id, args.num_envs, env_seed, args.max_episode_steps)
     num_actions = envs.single_action_space.n
 
-    q_network = QNetwork(num_actions, bf16=args.bf16, channels_last=args.channels_last).to(device)
+    q_network = QNetwork(num_actions, bf16=args.precision == "bf16", channels_last=args.channels_last == "on").to(device)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=args.fused_adam)
-    target_network = QNetwork(num_actions, bf16=args.bf16, channels_last=args.channels_last).to(device)
+    target_network = QNetwork(num_actions, bf16=args.precision == "bf16", channels_last=args.channels_last == "on").to(device)
     target_network.load_state_dict(q_network.state_dict())
     rb = ReplayBuffer(args.buffer_size, args.num_envs)
     start_iteration, global_step = 1, 0
@@ -398,7 +398,7 @@ if __name__ == "__main__":
     obs_dtype = torch.uint8 if args.uint8_obs else torch.float32
     # Acting on fewer than 16 observations is faster in fp32 (1 observation: 0.53 ms against 0.93 ms under bf16
     # autocast, which casts every weight again on each call; Xeon with AMX-bf16, 2 threads). Training batches use bf16.
-    acting_bf16 = args.bf16 and args.num_envs >= 16
+    acting_bf16 = args.precision == "bf16" and args.num_envs >= 16
     loss = q_values = None
 
     for iteration in range(start_iteration, args.num_iterations + 1):
@@ -459,6 +459,8 @@ if __name__ == "__main__":
         if logging:
             writer.add_scalar("charts/epsilon", epsilon, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
+            writer.add_scalar("charts/torch_threads", threads.count, global_step)
+            threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
             exit_if_diverged(
                 torch_all_finite(q_network, loss), iteration, global_step, checkpoint_path, writer, progress, args.resume

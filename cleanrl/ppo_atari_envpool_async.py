@@ -47,6 +47,7 @@ import random
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Literal
 
 import envpool
 import numpy as np
@@ -65,7 +66,8 @@ from cleanrl_utils.checkpoint import (
     torch_rng_states,
 )
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
-from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
+from cleanrl_utils.hardware import choose_speed_levers, this_machine
+from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_atari_envpool_async"
@@ -144,15 +146,15 @@ class Args:
     max_episode_steps: int = 27_000
     """time limit per game in agent steps (27,000 = 108,000 frames); reaching it truncates"""
 
-    # Speed levers: each keeps the learning curve (see README); `--no-<flag>` turns one off
-    bf16: bool = True
-    """run the network trunk under bfloat16 autocast (CPU with AMX, or CUDA); heads stay fp32"""
-    channels_last: bool = True
-    """use channels-last memory format for the convolutions"""
+    # Speed levers: each keeps the learning curve (see README); auto picks what is fastest on this machine
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """the network trunk's precision (heads stay fp32). auto: bf16 autocast where the machine computes bf16 natively (a CPU with AVX512-BF16 or AMX, as oneDNN sees it; CUDA compute capability >= 8.0), else fp32. The run saves the resolved value"""
+    channels_last: Literal["auto", "on", "off"] = "auto"
+    """channels-last memory format for the convolutions. auto: on in fp32 and on CUDA, off for bf16 on CPU"""
     uint8_obs: bool = True
     """store rollout observations as uint8 and scale to [0, 1] inside the network (else float32)"""
     torch_threads: int = 0
-    """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
+    """torch intra-op threads on CPU. 0 (auto): OMP_NUM_THREADS if set, else the cores no other process keeps busy, re-checked every 5 s. Set N for bit-identical reruns"""
 
     # to be filled in runtime (not flags)
     batch_size: tyro.conf.Suppress[int] = 0
@@ -434,6 +436,8 @@ if __name__ == "__main__":
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("num_threads", "overlap"))  # speed only
     validate_args(args)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
@@ -445,9 +449,6 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(torch_threads(args.torch_threads))
-
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup. EnvPool cannot snapshot its games: a resumed run plays new ones (new seeds); unfinished ones go unlogged.
     env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
@@ -455,7 +456,9 @@ if __name__ == "__main__":
         args.env_id, args.num_envs, env_seed, args.max_episode_steps, None, args.async_batch_size, args.num_threads
     )
 
-    agent = Agent(envs.single_action_space.n, bf16=args.bf16, channels_last=args.channels_last).to(device)
+    agent = Agent(envs.single_action_space.n, bf16=args.precision == "bf16", channels_last=args.channels_last == "on").to(
+        device
+    )
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     start_iteration, global_step = 1, 0
     if checkpoint:  # weights, Adam and RNG states (one line if they do not fit); prints where the run resumes
@@ -550,6 +553,8 @@ if __name__ == "__main__":
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/torch_threads", threads.count, global_step)
+        threads.update()  # fewer threads while another process computes on these cores
 
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested

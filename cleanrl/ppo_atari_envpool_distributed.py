@@ -21,6 +21,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import envpool
 import numpy as np
@@ -47,7 +48,8 @@ from cleanrl_utils.distributed import (
     rank_seed,
     world_from_env,
 )
-from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
+from cleanrl_utils.hardware import choose_speed_levers, this_machine
+from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_atari_envpool_distributed"
@@ -120,15 +122,15 @@ class Args:
     max_episode_steps: int = 27_000
     """time limit per game in agent steps (27,000 = 108,000 frames); reaching it truncates"""
 
-    # Speed levers: each keeps the learning curve (see README); `--no-<flag>` turns one off
-    bf16: bool = True
-    """run the network trunk under bfloat16 autocast (CPU with AMX, or CUDA); heads stay fp32"""
-    channels_last: bool = True
-    """use channels-last memory format for the convolutions"""
+    # Speed levers: each keeps the learning curve (see README); auto picks what is fastest on this machine
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """the network trunk's precision (heads stay fp32). auto: bf16 autocast where the machine computes bf16 natively (a CPU with AVX512-BF16 or AMX, as oneDNN sees it; CUDA compute capability >= 8.0), else fp32. The run saves the resolved value"""
+    channels_last: Literal["auto", "on", "off"] = "auto"
+    """channels-last memory format for the convolutions. auto: on in fp32 and on CUDA, off for bf16 on CPU"""
     uint8_obs: bool = True
     """store rollout observations as uint8 and scale to [0, 1] inside the network (else float32)"""
     torch_threads: int = 0
-    """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
+    """torch intra-op threads on CPU. 0 (auto): OMP_NUM_THREADS if set, else the cores no other process keeps busy, re-checked every 5 s. Set N for bit-identical reruns"""
     dist_timeout: float = 300.0
     """seconds a collective waits for the other processes before this one stops with an error (a dead or hung peer)"""
 
@@ -368,6 +370,8 @@ if __name__ == "__main__":
     args.num_iterations = args.total_timesteps // args.batch_size
     device = init_distributed(args.dist_timeout, args.cuda)
     exit_on_lost_peer(rank, world_size, args.dist_timeout)
+    # Every process resolves the same levers on a uniform cluster; under torchrun OMP_NUM_THREADS (torchrun sets 1)
+    threads = choose_speed_levers(args, this_machine(device), checkpoint)
     # Process 0 makes (or, resumed, names: a resumed run continues in its checkpoint's folder) the run folder; the
     # others learn its name from it.
     run_name, run_dir = broadcast_from_rank0(run_folder(args, args.resume) if rank == 0 else None)
@@ -378,7 +382,6 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(torch_threads(args.torch_threads))  # under torchrun: OMP_NUM_THREADS (torchrun sets 1)
 
     # env setup. EnvPool cannot snapshot its games: a resumed run plays new ones (new seeds); unfinished ones go unlogged.
     # The processes of one host split its cores between their EnvPool threads.
@@ -387,7 +390,9 @@ if __name__ == "__main__":
     env_threads = 0 if local_world_size == 1 else max(1, len(os.sched_getaffinity(0)) // local_world_size)
     envs = make_env(args.env_id, args.local_num_envs, env_seed, args.max_episode_steps, num_threads=env_threads)
 
-    agent = Agent(envs.single_action_space.n, bf16=args.bf16, channels_last=args.channels_last).to(device)
+    agent = Agent(envs.single_action_space.n, bf16=args.precision == "bf16", channels_last=args.channels_last == "on").to(
+        device
+    )
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     start_iteration, global_step = 1, 0
     if checkpoint:  # weights, Adam and RNG states (one line if they do not fit); prints where the run resumes
@@ -438,6 +443,7 @@ if __name__ == "__main__":
     prev_episode_over = torch.zeros(args.local_num_envs, dtype=torch.bool, device=device)
 
     for iteration in range(start_iteration, args.num_iterations + 1):
+        threads.update()  # every process: fewer threads while another process computes on these cores
         if args.anneal_lr:  # linearly, from --learning-rate at iteration 1 towards 0 after the last one
             optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / args.num_iterations) * args.learning_rate
 
@@ -538,6 +544,7 @@ if __name__ == "__main__":
         for name, value in zip(names + ("clipfrac", "explained_variance"), means):
             writer.add_scalar(f"losses/{name}", value, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/torch_threads", threads.count, global_step)
 
         exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):

@@ -14,7 +14,7 @@ import os
 import random
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import envpool
 import flax
@@ -35,6 +35,7 @@ from cleanrl_utils.checkpoint import (
     save_msgpack,
 )
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.hardware import choose_speed_levers, jax_machine
 from cleanrl_utils.run import ProgressLine, XlaCompilations, checkpoint_due, exit_if_diverged, make_writer, run_folder
 from cleanrl_utils.video import VideoJobs
 
@@ -106,9 +107,9 @@ class Args:
     max_episode_steps: int = 27_000
     """time limit per game in agent steps (27,000 = 108,000 frames); reaching it truncates"""
 
-    # Speed levers: each keeps the learning curve (see README); `--no-<flag>` turns one off
-    bf16: bool = False
-    """run the network trunk in bfloat16 (heads stay fp32); off by default: slower than fp32 in XLA on CPU"""
+    # Speed levers: each keeps the learning curve (see README); auto picks what is fastest on this machine
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """the network trunk's precision (heads stay fp32). auto: fp32 on CPU (XLA's CPU backend has no native bf16 convolutions: measured slower than fp32), bf16 on a GPU of compute capability >= 8.0. The run saves the resolved value"""
     xla_conv: bool = False
     """use XLA's convolution op for the trunk instead of space-to-depth + matmul (same weights, same function)"""
     uint8_obs: bool = True
@@ -402,6 +403,7 @@ if __name__ == "__main__":
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume)
     validate_args(args)
+    choose_speed_levers(args, jax_machine(), checkpoint, backend="xla")  # prints it; args keep the resolved value
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
@@ -419,7 +421,7 @@ if __name__ == "__main__":
     envs = make_env(args.env_id, args.num_envs, env_seed, args.max_episode_steps)
     handle, _, _, step_env = envs.xla()
 
-    agent = Agent(envs.single_action_space.n, bf16=args.bf16, xla_conv=args.xla_conv)
+    agent = Agent(envs.single_action_space.n, bf16=args.precision == "bf16", xla_conv=args.xla_conv)
     tx = optax.inject_hyperparams(
         lambda learning_rate: optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
     )(learning_rate=args.learning_rate)

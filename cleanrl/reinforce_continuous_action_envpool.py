@@ -22,7 +22,8 @@ from torch.distributions.normal import Normal
 
 from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
-from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
+from cleanrl_utils.hardware import choose_speed_levers, this_machine
+from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "reinforce_continuous_action_envpool"
@@ -236,6 +237,8 @@ if __name__ == "__main__":
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume)
     validate_args(args)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
     args.batch_size = int(args.num_envs * args.num_steps)
     args.num_iterations = args.total_timesteps // args.batch_size
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
@@ -246,9 +249,6 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(torch_threads(args.torch_threads))
-
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup. EnvPool cannot snapshot its episodes: a resumed run plays new ones (new seeds); unfinished ones go unlogged.
     env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
@@ -355,6 +355,8 @@ if __name__ == "__main__":
         for name in ("policy_loss", "entropy"):
             writer.add_scalar(f"losses/{name}", stats[name].item(), global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/torch_threads", threads.count, global_step)
+        threads.update()  # fewer threads while another process computes on these cores
 
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested

@@ -10,6 +10,7 @@ import math
 import os
 import random
 from dataclasses import dataclass
+from typing import Literal
 
 import envpool
 import numpy as np
@@ -35,6 +36,7 @@ from cleanrl_utils.checks import (
     check_replay_args,
     check_run_args,
 )
+from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
     checkpoint_due,
@@ -42,7 +44,6 @@ from cleanrl_utils.run import (
     make_writer,
     run_folder,
     torch_all_finite,
-    torch_threads,
 )
 from cleanrl_utils.video import VideoJobs
 
@@ -118,16 +119,15 @@ class Args:
     """time limit per episode in agent steps (default: the env's own, 1000 for the locomotion tasks); reaching it
     truncates"""
 
-    # Speed levers: each keeps the learning curve (see README); `--no-<flag>` turns one off
-    bf16: bool = False
-    """run the hidden layers of the training batches under bfloat16 autocast (CPU with AMX, or CUDA); the output
-    layers and losses stay fp32"""
+    # Speed levers: each keeps the learning curve (see README); auto picks what is fastest on this machine
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """the hidden layers' precision on training batches (output layers, log-probabilities and losses stay fp32). auto: bf16 autocast where the machine computes bf16 natively (a CPU with AVX512-BF16 or AMX, as oneDNN sees it; CUDA compute capability >= 8.0), else fp32. The run saves the resolved value"""
     compile: bool = False
     """torch.compile the critic and actor losses (forward and backward; about 10 s of compiling at start-up)"""
     fused_adam: bool = True
     """Adam as one fused kernel over all parameters"""
-    torch_threads: int = 0
-    """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
+    torch_threads: int = 1
+    """torch intra-op threads on CPU. 1: a second thread measured no faster for these 256-wide layers, and one thread per run never stalls when another process shares the cores. 0 (auto): OMP_NUM_THREADS if set, else the cores no other process keeps busy, re-checked every 5 s"""
 
     # to be filled in runtime (not flags)
     num_iterations: tyro.conf.Suppress[int] = 0
@@ -292,6 +292,8 @@ if __name__ == "__main__":
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer", "compile"))
     validate_args(args)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
@@ -301,9 +303,6 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(torch_threads(args.torch_threads))
-
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup. EnvPool cannot snapshot its episodes: a resumed run plays new ones (new seeds); unfinished ones go unlogged.
     env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
@@ -311,11 +310,11 @@ if __name__ == "__main__":
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
 
-    actor = Actor(obs_dim, action_low, action_high, bf16=args.bf16).to(device)
-    target_actor = Actor(obs_dim, action_low, action_high, bf16=args.bf16).to(device)
+    actor = Actor(obs_dim, action_low, action_high, bf16=args.precision == "bf16").to(device)
+    target_actor = Actor(obs_dim, action_low, action_high, bf16=args.precision == "bf16").to(device)
     target_actor.load_state_dict(actor.state_dict())
-    critic = QNetworks(obs_dim, action_dim, bf16=args.bf16).to(device)
-    target_critic = QNetworks(obs_dim, action_dim, bf16=args.bf16).to(device)
+    critic = QNetworks(obs_dim, action_dim, bf16=args.precision == "bf16").to(device)
+    target_critic = QNetworks(obs_dim, action_dim, bf16=args.precision == "bf16").to(device)
     target_critic.load_state_dict(critic.state_dict())
     online, targets = nn.ModuleList([actor, critic]), nn.ModuleList([target_actor, target_critic])  # Polyak pairs
     q_optimizer = torch.optim.Adam(critic.parameters(), lr=args.learning_rate, fused=args.fused_adam)
@@ -421,6 +420,8 @@ if __name__ == "__main__":
             writer.add_scalar("losses/actor_loss", policy_loss.item(), global_step)
         if logging:
             writer.add_scalar("charts/SPS", sps, global_step)
+            writer.add_scalar("charts/torch_threads", threads.count, global_step)
+            threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
             finite = torch_all_finite(online, None if stats is None else stats["qf1_loss"] + stats["qf2_loss"])
             exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)

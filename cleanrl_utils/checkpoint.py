@@ -222,7 +222,19 @@ MAY_CHANGE_ON_RESUME = (
     "video_every",
     "torch_threads",
     "cuda",
+    "precision",
+    "channels_last",
 )
+
+
+def upgrade_saved_args(saved: dict) -> dict:
+    """Arguments saved by an older version of a script, in today's spelling (in place, and returned):
+    `bf16: bool` became `precision: "bf16" | "fp32"`, `channels_last: bool` became "on" | "off"."""
+    if isinstance(saved.get("bf16"), bool | np.bool_) and "precision" not in saved:
+        saved["precision"] = "bf16" if saved.pop("bf16") else "fp32"
+    if isinstance(saved.get("channels_last"), bool | np.bool_):
+        saved["channels_last"] = "on" if saved["channels_last"] else "off"
+    return saved
 
 
 def resume_args(args_class, checkpoint: dict, path: str, may_change: tuple[str, ...] = MAY_CHANGE_ON_RESUME):
@@ -232,7 +244,7 @@ def resume_args(args_class, checkpoint: dict, path: str, may_change: tuple[str, 
     import tyro
 
     fields = {field.name for field in dataclasses.fields(args_class)}
-    saved = checkpoint["args"]
+    saved = upgrade_saved_args(checkpoint["args"])
     unknown = sorted(set(saved) - fields)
     if unknown:
         sys.exit(f"error: --resume {path!r} holds arguments this script does not know: {', '.join(unknown)}")

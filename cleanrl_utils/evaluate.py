@@ -24,6 +24,8 @@ import numpy as np
 import torch
 import tyro
 
+from cleanrl_utils.checkpoint import upgrade_saved_args
+from cleanrl_utils.hardware import native_bf16, this_machine
 from cleanrl_utils.run import check_writable_dir, torch_threads
 from cleanrl_utils.video import record_gymnasium_episodes
 
@@ -81,6 +83,7 @@ def load_checkpoint(model_path: str) -> dict:
         sys.exit(f"error: --model-path {model_path!r} does not exist")
     flax_checkpoint = load_flax_checkpoint(model_path)
     if flax_checkpoint is not None:
+        upgrade_saved_args(flax_checkpoint["args"])
         return flax_checkpoint
     try:
         checkpoint = torch.load(model_path, map_location="cpu", weights_only=True)
@@ -90,7 +93,14 @@ def load_checkpoint(model_path: str) -> dict:
         sys.exit(f"error: --model-path {model_path!r} is not a .cleanrl_model file (no script name or weights)")
     if not isinstance(checkpoint.get("args"), dict):
         sys.exit(f"error: --model-path {model_path!r} is not a .cleanrl_model file (no training args)")
+    upgrade_saved_args(checkpoint["args"])
     return checkpoint
+
+
+def bf16_here(train_args: dict, device: torch.device) -> bool:
+    """Play at the trained precision where this machine computes bf16 natively, else in fp32: the
+    weights are fp32 either way, and bf16 without native support runs several times slower."""
+    return train_args.get("precision") == "bf16" and native_bf16(this_machine(device))[0]
 
 
 def play(
@@ -157,7 +167,9 @@ def evaluate_atari_envpool(
     train_args = checkpoint["args"]
     render_mode = "rgb_array" if video_dir else None
     envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], render_mode=render_mode)
-    agent = script.Agent(envs.single_action_space.n, bf16=train_args["bf16"], channels_last=train_args["channels_last"])
+    agent = script.Agent(
+        envs.single_action_space.n, bf16=bf16_here(train_args, device), channels_last=train_args["channels_last"] == "on"
+    )
     agent.load_state_dict(checkpoint["model_state_dict"])
     agent.to(device).eval()
     act = torch_sampler(agent, device, greedy, greedy_action=lambda obs: agent.actor(agent.hidden(obs)).argmax(dim=-1))
@@ -239,7 +251,9 @@ def evaluate_atari_envpool_xla_jax(
     train_args = checkpoint["args"]
     render = {"render_mode": "rgb_array"} if video_dir else {}
     envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], **render)
-    agent = script.Agent(envs.single_action_space.n, bf16=train_args["bf16"], xla_conv=train_args["xla_conv"])
+    agent = script.Agent(
+        envs.single_action_space.n, bf16=train_args.get("precision") == "bf16", xla_conv=train_args["xla_conv"]
+    )
     params = checkpoint["model_state_dict"]
 
     @jax.jit
@@ -326,7 +340,9 @@ def evaluate_dqn_atari_envpool(
     render_mode = "rgb_array" if video_dir else None
     envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], render_mode=render_mode)
     num_actions = int(envs.single_action_space.n)
-    q_network = script.QNetwork(num_actions, bf16=train_args["bf16"], channels_last=train_args["channels_last"])
+    q_network = script.QNetwork(
+        num_actions, bf16=bf16_here(train_args, device), channels_last=train_args["channels_last"] == "on"
+    )
     q_network.load_state_dict(checkpoint["model_state_dict"])
     q_network.to(device).eval()
     act = epsilon_greedy(q_network, device, num_actions, 0.0 if greedy else epsilon, seed, obs_dtype=torch.uint8)

@@ -100,7 +100,7 @@ def test_a_flag_that_defines_the_run_cannot_change_on_resume(terminated_run):
     _, _, _, run_dir = terminated_run
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     before = sorted(os.listdir(run_dir))
-    for flag, value in (("--num-envs", "4"), ("--gamma", "0.9"), ("--no-bf16", None), ("--log-dir", "/tmp/elsewhere")):
+    for flag, value in (("--num-envs", "4"), ("--gamma", "0.9"), ("--no-uint8-obs", None), ("--log-dir", "/tmp/elsewhere")):
         args = ["--resume", checkpoint_path, flag] + ([value] if value else [])
         result = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=300)
         assert result.returncode != 0 and "Traceback" not in result.stderr

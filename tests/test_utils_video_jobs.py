@@ -209,8 +209,8 @@ def test_a_real_policy_is_filmed_by_the_real_evaluator(tmp_path):
 
     from cleanrl.ppo_atari_envpool import Agent, Args
 
-    args = Args(env_id="Breakout-v5", max_episode_steps=60)
-    agent = Agent(4, bf16=args.bf16, channels_last=args.channels_last)
+    args = Args(env_id="Breakout-v5", max_episode_steps=60, precision="fp32", channels_last="off")
+    agent = Agent(4, bf16=False, channels_last=False)
 
     def write_model(path: str) -> str:
         torch.save({"script": "ppo_atari_envpool", "model_state_dict": agent.state_dict(), "args": vars(args)}, path)
