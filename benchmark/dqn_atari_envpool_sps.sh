@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Throughput of cleanrl/dqn_atari_envpool.py in one run, so the ratios are comparable on a noisy
-# machine: the script with its defaults and with every speed lever off (--no-bf16
-# --no-channels-last --no-uint8-obs --no-fused-adam), in its training regime: learning from step 1,000 on, epsilon at
+# machine: the script with its defaults and with every speed lever off (--precision fp32
+# --channels-last off --no-uint8-obs --no-fused-adam), in its training regime: learning from step 1,000 on, epsilon at
 # its floor almost at once, so every step runs the Q-network on the observation and every 4th step
 # takes a gradient step on a batch of 32. Configurations alternate (defaults, levers off, ...), each
 # repeated REPEATS times; the median SPS of each is printed. Usage:
@@ -27,7 +27,7 @@ declare -a on off
 for ((r = 1; r <= REPEATS; r++)); do
   $PY cleanrl/dqn_atari_envpool.py "${common[@]}" >"$LOGDIR/on.log" 2>&1
   on+=("$(sps_of "$LOGDIR/on.log")")
-  $PY cleanrl/dqn_atari_envpool.py "${common[@]}" --no-bf16 --no-channels-last --no-uint8-obs --no-fused-adam >"$LOGDIR/off.log" 2>&1
+  $PY cleanrl/dqn_atari_envpool.py "${common[@]}" --precision fp32 --channels-last off --no-uint8-obs --no-fused-adam >"$LOGDIR/off.log" 2>&1
   off+=("$(sps_of "$LOGDIR/off.log")")
   echo "repeat $r: defaults ${on[-1]} SPS, levers off ${off[-1]} SPS"
 done

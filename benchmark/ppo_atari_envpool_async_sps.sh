@@ -67,7 +67,11 @@ args = Args(env_id=sys.argv[1])
 args.batch_size = args.num_envs * args.num_steps
 args.minibatch_size = args.batch_size // args.num_minibatches
 envs = make_env(args.env_id, args.num_envs, 1, batch_size=args.async_batch_size)
-agent = Agent(envs.single_action_space.n, bf16=args.bf16, channels_last=args.channels_last)
+from cleanrl_utils.hardware import resolve_channels_last, resolve_precision, this_machine
+machine = this_machine(torch.device("cpu"))
+precision = resolve_precision(args.precision, machine).value  # the script's defaults, as it would resolve them here
+layout = resolve_channels_last(args.channels_last, precision, machine).value
+agent = Agent(envs.single_action_space.n, bf16=precision == "bf16", channels_last=layout == "on")
 optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 storage = new_storage(args.batch_size // args.async_batch_size, args.async_batch_size, (4, 84, 84), torch.uint8, "cpu")
 generator = torch.Generator().manual_seed(1)

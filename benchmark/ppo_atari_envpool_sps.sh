@@ -41,7 +41,7 @@ for ((r = 1; r <= REPEATS; r++)); do
   $PY cleanrl/ppo_atari_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --log-dir "$LOGDIR" >"$LOGDIR/on.log" 2>&1
   on+=("$(sps_of "$LOGDIR/on.log")")
   $PY cleanrl/ppo_atari_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --log-dir "$LOGDIR" \
-    --no-bf16 --no-channels-last --no-uint8-obs >"$LOGDIR/off.log" 2>&1
+    --precision fp32 --channels-last off --no-uint8-obs >"$LOGDIR/off.log" 2>&1
   off+=("$(sps_of "$LOGDIR/off.log")")
   echo "repeat $r: defaults ${on[-1]} SPS, levers off ${off[-1]} SPS"
 done

@@ -3,7 +3,7 @@
 #  1. Nature-CNN fwd+bwd+Adam samples/s at batch 256 for each framework and variant (interleaved
 #     rounds in one process, median): torch fp32 / bf16 autocast, flax lax.conv fp32 / bf16, flax
 #     space-to-depth + matmul fp32 (the JAX twin's default) / bf16;
-#  2. script SPS: cleanrl/ppo_atari_envpool.py (defaults, and --no-bf16: the JAX twin's precision)
+#  2. script SPS: cleanrl/ppo_atari_envpool.py (defaults, and --precision fp32: the JAX twin's precision)
 #     and cleanrl/ppo_atari_envpool_xla_jax.py, alternating, REPEATS times each, median. The JAX
 #     figure as the script prints it includes its one compilation; the figure without it is printed too.
 # Usage: bash benchmark/ppo_atari_envpool_xla_jax_sps.sh [ENV_ID] [STEPS] [REPEATS]
@@ -108,14 +108,14 @@ declare -a torch_sps torch_fp32_sps jax_sps jax_steady
 for ((r = 1; r <= REPEATS; r++)); do
   $PY cleanrl/ppo_atari_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --log-dir "$LOGDIR" >"$LOGDIR/torch.log" 2>&1
   torch_sps+=("$(sps_of "$LOGDIR/torch.log")")
-  # the torch twin at the JAX twin's precision (fp32; its default is bf16 autocast)
-  $PY cleanrl/ppo_atari_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --no-bf16 --log-dir "$LOGDIR" \
+  # the torch twin at the JAX twin's precision (fp32; its default, auto, is bf16 autocast where the CPU has native bf16)
+  $PY cleanrl/ppo_atari_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --precision fp32 --log-dir "$LOGDIR" \
     >"$LOGDIR/torch_fp32.log" 2>&1
   torch_fp32_sps+=("$(sps_of "$LOGDIR/torch_fp32.log")")
   $PY cleanrl/ppo_atari_envpool_xla_jax.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --log-dir "$LOGDIR" >"$LOGDIR/jax.log" 2>&1
   jax_sps+=("$(sps_of "$LOGDIR/jax.log")")
   jax_steady+=("$(sps_without_compile "$LOGDIR/jax.log")")
-  echo "repeat $r: torch twin ${torch_sps[-1]} SPS (--no-bf16: ${torch_fp32_sps[-1]}), JAX twin ${jax_sps[-1]} SPS" \
+  echo "repeat $r: torch twin ${torch_sps[-1]} SPS (--precision fp32: ${torch_fp32_sps[-1]}), JAX twin ${jax_sps[-1]} SPS" \
     "(${jax_steady[-1]} without its compilation)"
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
@@ -124,5 +124,5 @@ m_torch=$(median "${torch_sps[@]}")
 m_torch_fp32=$(median "${torch_fp32_sps[@]}")
 m_jax=$(median "${jax_sps[@]}")
 m_steady=$(median "${jax_steady[@]}")
-echo "$ENV_ID ($STEPS steps, median of $REPEATS): torch twin $m_torch SPS (--no-bf16: $m_torch_fp32), JAX twin $m_jax SPS" \
+echo "$ENV_ID ($STEPS steps, median of $REPEATS): torch twin $m_torch SPS (--precision fp32: $m_torch_fp32), JAX twin $m_jax SPS" \
   "($m_steady without compilation); JAX/torch $(ratio "$m_jax" "$m_torch")x, JAX/torch-fp32 $(ratio "$m_jax" "$m_torch_fp32")x"

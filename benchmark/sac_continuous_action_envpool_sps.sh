@@ -20,11 +20,11 @@ common=(--env-id "$ENV_ID" --total-timesteps "$STEPS" --learning-starts 1000 --b
 configs=(
   "baseline|benchmark/sac_continuous_action_cleanrl_layout.py"
   "sac defaults|cleanrl/sac_continuous_action_envpool.py"
-  "sac --bf16|cleanrl/sac_continuous_action_envpool.py --bf16"
+  "sac --precision bf16|cleanrl/sac_continuous_action_envpool.py --precision bf16"
   "sac --compile|cleanrl/sac_continuous_action_envpool.py --compile"
-  "sac --bf16 --compile|cleanrl/sac_continuous_action_envpool.py --bf16 --compile"
+  "sac --precision bf16 --compile|cleanrl/sac_continuous_action_envpool.py --precision bf16 --compile"
   "sac --no-fused-adam|cleanrl/sac_continuous_action_envpool.py --no-fused-adam"
-  "sac --torch-threads 1|cleanrl/sac_continuous_action_envpool.py --torch-threads 1"
+  "sac --torch-threads 0|cleanrl/sac_continuous_action_envpool.py --torch-threads 0"
   "td3 defaults|cleanrl/td3_continuous_action_envpool.py"
   "ddpg defaults|cleanrl/ddpg_continuous_action_envpool.py"
 )

@@ -2,7 +2,9 @@
 (a critic step; every 2nd step 2 actor and entropy steps; the Polyak average), each timed alone over many repeats with
 the script's own networks, losses and optimisers, on real transitions in its replay buffer. Called by
 benchmark/sac_continuous_action_envpool_sps.sh; alone:
-    python benchmark/sac_step_split.py --env-id Hopper-v4 [--bf16] [--compile] [--torch-threads 0] [--profile]"""
+    python benchmark/sac_step_split.py --env-id Hopper-v4 [--bf16] [--compile] [--torch-threads 1] [--profile] [--bound]
+--bound also prints the update's compute bound: its matrix-product FLOPs per step (counted by torch's FlopCounterMode
+on real updates) at the fp32 rate this machine measures for the update's own matrix shapes."""
 
 import argparse
 import time
@@ -31,7 +33,7 @@ def per_call_ms(call, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-def split(env_id: str, bf16: bool, compile: bool, repeats: int, profile: bool = False) -> str:
+def split(env_id: str, bf16: bool, compile: bool, repeats: int, profile: bool = False, bound: bool = False) -> str:
     torch.manual_seed(1)
     envs = make_env(env_id, 1, seed=1)
     obs_dim, action_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
@@ -86,7 +88,28 @@ def split(env_id: str, bf16: bool, compile: bool, repeats: int, profile: bool = 
         f"sac ({flags}): per step: env {env_ms:.2f} ms, action {action_ms:.2f} ms, update {update_ms:.2f} ms "
         f"(sum {total:.2f} ms = {1e3 / total:.0f} SPS)"
     )
-    return line + ("\n" + update_profile(update) if profile else "")
+    line += "\n" + update_profile(update) if profile else ""
+    return line + ("\n" + compute_bound(update, update_ms) if bound else "")
+
+
+def compute_bound(update, update_ms: float, steps: int = 10) -> str:
+    """The update's matrix-product FLOPs per step against this machine's fp32 matmul rate on batch-256 x 256 x 256
+    products (the hidden layers' shape): the time the products alone would take at that rate."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        for _ in range(steps):  # an even number: every 2nd step runs the actor updates
+            update()
+    flops = counter.get_total_flops() / steps
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    matmul_ms = per_call_ms(lambda: a @ b, 2000)
+    rate = 2 * 256**3 / (matmul_ms / 1e3)
+    bound_ms = flops / rate * 1e3
+    return (
+        f"  compute bound: {flops / 1e6:.0f} MFLOP of matrix products per step at {rate / 1e9:.0f} GFLOP/s (fp32, "
+        f"{torch.get_num_threads()} threads, 256x256x256) = {bound_ms:.2f} ms; the update takes {update_ms:.2f} ms "
+        f"({bound_ms / update_ms:.0%} of it is the products at that rate)"
+    )
 
 
 MATMULS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")
@@ -113,12 +136,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env-id", default="Hopper-v4")
     parser.add_argument("--repeats", type=int, default=500)
-    parser.add_argument("--torch-threads", type=int, default=0)
+    parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--profile", action="store_true", help="also print the update's time per op kind (torch.profiler)")
+    parser.add_argument("--bound", action="store_true", help="also print the update's compute bound (FLOPs at the fp32 rate)")
     args = parser.parse_args()
     torch.set_num_threads(torch_threads(args.torch_threads))
     configs = [(args.bf16, args.compile)] if args.bf16 or args.compile else [(False, False), (True, False), (True, True)]
     for bf16, compile in configs:
-        print(split(args.env_id, bf16, compile, args.repeats, args.profile), flush=True)
+        print(split(args.env_id, bf16, compile, args.repeats, args.profile, args.bound), flush=True)

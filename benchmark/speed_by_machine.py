@@ -1,0 +1,186 @@
+"""Speed per machine kind: each CPU- or GPU-sensitive script at its defaults beside its reference, in one invocation,
+idle and loaded, one row per script written into docs/benchmarks/speed_by_machine.md (rows of other machines kept).
+
+    python benchmark/speed_by_machine.py                          # this machine as it is
+    ONEDNN_MAX_CPU_ISA=AVX2 python benchmark/speed_by_machine.py  # the same CPU computing like an AVX2-only one
+    python benchmark/speed_by_machine.py --only ppo_atari_envpool --steps-scale 0.5
+
+Idle: one run alone. Loaded: two copies started together (two runs by hand on the same cores), each one's SPS.
+SPS is taken from the runs' own `charts/SPS` event wall times, from the first logged point at or after `from_step`
+to the last, so start-up (env creation, the first iteration's kernel selection, an off-policy run's random
+warm-up) is not counted. The reference of the PPO Atari scripts is CleanRL's loop (benchmark/
+ppo_atari_envpool_cleanrl_layout.py); of SAC, its CleanRL-layout baseline; TD3, DDPG and DQN Atari have no CleanRL-
+layout baseline here: their reference is the same script with every lever at its old fixed value (fp32, one torch
+thread per core), which is what CleanRL's scripts run. Pause other work on the machine while it runs.
+"""
+
+import argparse
+import datetime
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TABLE = os.path.join(REPO, "docs", "benchmarks", "speed_by_machine.md")
+HEADER = (
+    "| date | CPU (cores) | ISA oneDNN uses | script (resolved levers) | reference | steps idle / loaded | "
+    "idle: reference / script SPS | idle ratio | loaded: reference / script SPS each | loaded ratio |"
+)
+
+
+@dataclass
+class Row:
+    script: str
+    command: list[str]
+    reference_name: str
+    reference: list[str]
+    steps: int  # idle runs
+    from_step: int  # SPS from the first charts/SPS point at or after this step
+    loaded_steps: int  # each of the two loaded runs (fewer: a reference that collapses under load crawls)
+
+
+OFF_POLICY = ["--env-id", "Hopper-v4", "--learning-starts", "1000", "--buffer-size", "100000"]
+OLD_LEVERS = ["--precision", "fp32", "--torch-threads", str(len(os.sched_getaffinity(0)))]
+ROWS = [
+    Row("ppo_atari_envpool", ["cleanrl/ppo_atari_envpool.py", "--env-id", "Pong-v5"], "CleanRL layout",
+        ["benchmark/ppo_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
+    Row("ppo_atari_envpool_async", ["cleanrl/ppo_atari_envpool_async.py", "--env-id", "Pong-v5"], "CleanRL layout (sync)",
+        ["benchmark/ppo_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
+    Row("dqn_atari_envpool", ["cleanrl/dqn_atari_envpool.py", "--env-id", "Pong-v5", "--learning-starts", "1000"],
+        "the script, fp32, threads = cores",
+        ["cleanrl/dqn_atari_envpool.py", "--env-id", "Pong-v5", "--learning-starts", "1000", "--channels-last", "off",
+         *OLD_LEVERS], 5000, 2000, 3000),
+    Row("sac_continuous_action_envpool", ["cleanrl/sac_continuous_action_envpool.py", *OFF_POLICY], "CleanRL layout",
+        ["benchmark/sac_continuous_action_cleanrl_layout.py", *OFF_POLICY], 4000, 2000, 3000),
+    Row("td3_continuous_action_envpool", ["cleanrl/td3_continuous_action_envpool.py", *OFF_POLICY],
+        "the script, fp32, threads = cores", ["cleanrl/td3_continuous_action_envpool.py", *OFF_POLICY, *OLD_LEVERS], 4000, 2000, 3000),
+    Row("ddpg_continuous_action_envpool", ["cleanrl/ddpg_continuous_action_envpool.py", *OFF_POLICY],
+        "the script, fp32, threads = cores", ["cleanrl/ddpg_continuous_action_envpool.py", *OFF_POLICY, *OLD_LEVERS], 4000, 2000, 3000),
+]  # fmt: skip
+
+
+def cpu_model_and_isa() -> tuple[str, str]:
+    """lscpu's model name and the best ISA class it lists, with the oneDNN cap this process runs under."""
+    text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = re.search(r"Model name:\s*(.+)", text).group(1).strip()
+    flags = set(re.search(r"Flags:\s*(.+)", text).group(1).split())
+    isa = next(
+        (name for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX-512-BF16"), ("avx512f", "AVX-512"), ("avx2", "AVX2"))
+         if flag in flags),
+        "below AVX2",
+    )  # fmt: skip
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return model, f"{isa}, capped by ONEDNN_MAX_CPU_ISA={cap}" if cap else isa
+
+
+def learning_sps(run_dir: str, from_step: int) -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(glob.glob(os.path.join(run_dir, "*", "events*"))[0], size_guidance={"scalars": 0})
+    events.Reload()
+    points = [(e.step, e.wall_time) for e in events.Scalars("charts/SPS") if e.step >= from_step]
+    (s0, t0), (s1, t1) = points[0], points[-1]
+    return (s1 - s0) / (t1 - t0)
+
+
+def run_together(commands: list[list[str]], log_dir: str) -> str:
+    """Start the commands at once (run folders under `log_dir`/0, /1, ...); the levers the first one printed."""
+    processes, dirs = [], []
+    for i, command in enumerate(commands):
+        run_dir = os.path.join(log_dir, str(i))
+        dirs.append(run_dir)
+        log = open(run_dir + ".log", "w")
+        processes.append(
+            subprocess.Popen([sys.executable, *command, "--log-dir", run_dir], stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        )
+    for process, run_dir in zip(processes, dirs):
+        if process.wait() != 0:
+            sys.exit(f"error: {' '.join(commands[0])} failed:\n{open(run_dir + '.log').read()[-2000:]}")
+    printed = open(dirs[0] + ".log").read()
+    levers = "; ".join(m.group(0) for m in re.finditer(r"^(precision|channels-last|torch threads): \S+", printed, re.M))
+    return levers
+
+
+def measure(row: Row, scale: float, log_dir: str, idle_only: bool = False) -> dict:
+    figures = {}
+    for name, command in (("reference", row.reference), ("script", row.command)):
+        for load, copies, steps in (("idle", 1, row.steps), ("loaded", 2, row.loaded_steps))[: 1 if idle_only else 2]:
+            out = os.path.join(log_dir, f"{row.script}-{name}-{load}")
+            steps = max(int(steps * scale), row.from_step + 1024)
+            processes = [[*command, "--total-timesteps", str(steps)]] * copies
+            os.makedirs(out)
+            levers = run_together(processes, out)
+            sps = [learning_sps(os.path.join(out, str(i)), row.from_step) for i in range(copies)]
+            figures[name, load] = sps
+            if name == "script" and load == "idle":
+                figures["levers"] = levers
+            print(f"  {row.script} {name} {load}: SPS {', '.join(f'{x:.0f}' for x in sps)}", flush=True)
+    figures["steps"] = (
+        f"{max(int(row.steps * scale), row.from_step + 1024):,} / {max(int(row.loaded_steps * scale), row.from_step + 1024):,}"
+    )
+    return figures
+
+
+def table_row(row: Row, figures: dict, model: str, isa: str) -> str:
+    def each(values):
+        return " + ".join(f"{v:,.0f}" for v in values)
+
+    ref_idle, idle = figures["reference", "idle"][0], figures["script", "idle"][0]
+    ref_loaded, loaded = figures.get(("reference", "loaded")), figures.get(("script", "loaded"))
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    loaded_cells = f"{each(ref_loaded)} / {each(loaded)} | {mean(loaded) / mean(ref_loaded):.2f}x" if loaded else "not run | |"
+    return (
+        f"| {datetime.date.today()} | {model} ({len(os.sched_getaffinity(0))}) | {isa} | `{row.script}` ({figures['levers']}) | "
+        f"{row.reference_name} | {figures['steps']} | {ref_idle:,.0f} / {idle:,.0f} | {idle / ref_idle:.2f}x | "
+        f"{loaded_cells} |"
+    )
+
+
+def write_rows(new_rows: dict[tuple[str, str, str], str]) -> None:
+    """Replace this machine's rows for the scripts measured; keep every other row."""
+    lines = open(TABLE).read().splitlines() if os.path.exists(TABLE) else []
+    start = next((i for i, line in enumerate(lines) if line.startswith("| date |")), None)
+    if start is None:
+        lines += ["", "## Measured rows", "", HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
+        start = len(lines) - 2
+    body_end = start + 2
+    while body_end < len(lines) and lines[body_end].startswith("|"):
+        body_end += 1
+    kept = [line for line in lines[start + 2 : body_end] if tuple(c.strip() for c in line.split("|")[2:5]) not in new_rows]
+    keyed = [(tuple(c.strip() for c in r.split("|")[2:5]), r) for r in kept] + list(new_rows.items())
+    body = [r for _, r in sorted(keyed, key=lambda kr: (kr[0][2], kr[0][0], kr[0][1]))]
+    lines[start + 2 : body_end] = body
+    os.makedirs(os.path.dirname(TABLE), exist_ok=True)
+    with open(TABLE, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated script names (default: every row)")
+    parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every row's steps")
+    parser.add_argument("--idle-only", action="store_true", help="skip the loaded pairs")
+    parser.add_argument("--no-write", action="store_true", help="print the rows, leave the table alone")
+    args = parser.parse_args()
+    chosen = [row for row in ROWS if not args.only or row.script in args.only.split(",")]
+    if not chosen:
+        sys.exit(f"error: --only {args.only!r} names no row; rows: {', '.join(row.script for row in ROWS)}")
+    model, isa = cpu_model_and_isa()
+    print(f"machine: {model}, {len(os.sched_getaffinity(0))} cores, ISA {isa}", flush=True)
+    new_rows = {}
+    with tempfile.TemporaryDirectory() as log_dir:
+        for row in chosen:
+            line = table_row(row, measure(row, args.steps_scale, log_dir, args.idle_only), model, isa)
+            print(line, flush=True)
+            new_rows[tuple(c.strip() for c in line.split("|")[2:5])] = line
+    if not args.no_write:
+        write_rows(new_rows)
+        print(f"wrote {len(new_rows)} rows to {os.path.relpath(TABLE, REPO)}")
+
+
+if __name__ == "__main__":
+    main()
