@@ -119,7 +119,7 @@ class Args:
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """the hidden layers' precision on training batches (output layers, log-probabilities and losses stay fp32). auto: bf16 autocast where the machine computes bf16 natively (a CPU with AVX512-BF16 or AMX, as oneDNN sees it; CUDA compute capability >= 8.0), else fp32. The run saves the resolved value"""
     compile: bool = False
-    """torch.compile the critic and actor losses (forward and backward; about 10 s of compiling at start-up)"""
+    """torch.compile the critic and actor losses (forward and backward; about 10 s of compiling at start-up). Off: measured slower on every CPU tried (AMX Xeon 0.91x, Zen 4 0.80x of eager, both in bf16); for GPUs, where launch overhead dominates"""
     fused_adam: bool = True
     """Adam as one fused kernel over all parameters"""
     torch_threads: int = 0

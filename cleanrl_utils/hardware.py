@@ -166,11 +166,11 @@ def use_tf32_matmuls(machine: Machine) -> str | None:
 
 def threads_for_free_cores(cores: int, others_busy: float) -> int:
     """Threads to use on `cores` cores of which other processes keep `others_busy` cores busy (a mean
-    over the last few seconds). A core counts as taken once others use a quarter of it: an OpenMP
-    region waits at its barrier for its slowest thread, so one thread that shares its core with
-    another process slows every parallel region of the run (measured: two runs of 2 threads each on 2
-    cores made 29 SPS each, against 523 each with 1 thread)."""
-    taken = max(0, int(others_busy + 0.75))  # round up from a quarter of a core
+    over the last few seconds), rounded to the nearest core: an OpenMP region waits at its barrier
+    for its slowest thread, so one thread that shares its core with another busy process slows every
+    parallel region of the run (measured: two runs of 2 threads each on 2 cores made 29 SPS each,
+    against 523 each with 1 thread), while a light background (a shell, a logger) is not worth a core."""
+    taken = max(0, int(others_busy + 0.5))
     return max(1, cores - taken)
 
 

@@ -203,6 +203,8 @@ SHORT_RUN = [
     "128",
     "--max-episode-steps",
     "100",
+    "--torch-threads",  # fixed: auto threads follow the load, and float sums differ in the last bits by thread count
+    "2",
 ]
 
 

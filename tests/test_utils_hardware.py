@@ -130,7 +130,7 @@ def test_this_machine_sees_the_onednn_cap(monkeypatch):
 
 @pytest.mark.parametrize(
     "cores, others_busy, expected",
-    [(2, 0.0, 2), (2, 0.2, 2), (2, 0.3, 1), (2, 1.0, 1), (2, 2.0, 1), (4, 1.0, 3), (4, 0.9, 3), (4, 3.5, 1), (1, 0.0, 1)],
+    [(2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 2.0, 1), (4, 1.0, 3), (4, 0.9, 3), (4, 3.5, 1), (1, 0.0, 1)],
 )
 def test_threads_for_free_cores(cores, others_busy, expected):
     assert threads_for_free_cores(cores, others_busy) == expected
