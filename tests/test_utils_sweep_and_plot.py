@@ -7,8 +7,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -463,3 +465,78 @@ def test_an_off_policy_run_is_finished_at_num_iterations_x_num_envs(tmp_path):
     writer.close()
     (run,) = load_runs(str(tmp_path), "charts/episodic_return")
     assert (run.expected_steps, run.last_step, run.finished) == (1000, 1000, True)
+
+
+# ---- benchmark: signals passed on to the trainings, logs kept across sweeps (issue 25, defects 11, 12, traceback 4) ----
+
+# A stand-in training: says it started, then on its first Ctrl-C or SIGTERM says so and exits 0 after a
+# short "checkpoint" (as a script's StopAfterIteration does); unsignalled, it would run for a minute.
+FAKE_TRAINING = """
+import os, signal, sys, time
+seed = sys.argv[sys.argv.index("--seed") + 1]
+def stop(signum, frame):
+    print(f"got {signal.Signals(signum).name}", flush=True)
+    time.sleep(0.5)
+    sys.exit(0)
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+print(f"started seed {seed} pid {os.getpid()}", flush=True)
+time.sleep(60)
+"""
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_runner_is_passed_on_waited_for_and_summarised(tmp_path, signum):
+    script = tmp_path / "train.py"
+    script.write_text(FAKE_TRAINING)
+    logs = tmp_path / "logs"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "cleanrl_utils.benchmark", "--command", f"{sys.executable} {script}"]
+        + ["--env-ids", "A-v0", "--seeds", "1", "2", "3", "--workers", "2", "--log-dir", str(logs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    log_paths = [logs / f"train__A-v0__{seed}.log" for seed in (1, 2)]
+    wait_for(lambda: all(path.exists() and "started seed" in path.read_text() for path in log_paths))
+    pids = [int(re.search(r"pid (\d+)", path.read_text()).group(1)) for path in log_paths]
+    runner.send_signal(signum)  # was: SIGTERM killed the runner and orphaned both trainings; Ctrl-C, a traceback
+    stdout, stderr = runner.communicate(timeout=60)
+    assert runner.returncode == 128 + signum, stdout + stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert not any(alive(pid) for pid in pids)
+    for path in log_paths:  # each training got the signal exactly once: a second would abort it without saving
+        assert path.read_text().count(f"got {signum.name}") == 1
+    assert not (logs / "train__A-v0__3.log").exists()  # nothing starts after the signal
+    assert f"sweep stopped by {signum.name}: 0 of 3 runs finished, 2 stopped, 0 failed, 1 not started" in stdout
+    assert "not started A-v0 seed 3" in stdout
+
+
+def test_a_second_sweep_keeps_the_first_sweeps_logs(tmp_path):
+    script = tmp_path / "say.py"
+    script.write_text("import os, sys\nprint('sweep', os.environ['SWEEP_NUMBER'], 'seed', sys.argv[-1])\n")
+    for number in ("one", "two"):
+        result = benchmark_cli(
+            *["--command", f"{sys.executable} {script}", "--env-ids", "A-v0", "--seeds", "1", "--log-dir", str(tmp_path)],
+            env={"SWEEP_NUMBER": number},
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    log = (tmp_path / "say__A-v0__1.log").read_text()  # was: the second sweep's "w" emptied the first's log
+    assert log.index("sweep one seed 1") < log.index("sweep two seed 1")
+    assert log.count("==== ") == 2 and f"{script} --env-id A-v0 --seed 1" in log
