@@ -76,6 +76,18 @@ def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = No
     return writer
 
 
+# The scalar every script writes once, at its normal end: cleanrl_utils.plot reads it (see record_end_step).
+END_STEP_TAG = "charts/end_global_step"
+
+
+def record_end_step(writer, global_step: int) -> None:
+    """At the normal end of a run (all iterations done, or stopped by Ctrl-C/SIGTERM after its checkpoint): the
+    global step it reached, logged at that step. Scripts that log every 1,000 steps (DQN, SAC) log their last
+    scalar short of the planned length, so only this record tells cleanrl_utils.plot that a run finished; a
+    stopped run records the step it stopped at, short of the planned length, and stays unfinished."""
+    writer.add_scalar(END_STEP_TAG, global_step, global_step)
+
+
 def torch_threads(requested: int) -> int:
     """The torch intra-op thread count to use: `requested` if > 0; else (0, auto) OMP_NUM_THREADS when
     set (cleanrl_utils.benchmark sets it to cores / workers for each run it starts), else the cores

@@ -467,6 +467,51 @@ def test_an_off_policy_run_is_finished_at_num_iterations_x_num_envs(tmp_path):
     assert (run.expected_steps, run.last_step, run.finished) == (1000, 1000, True)
 
 
+# ---- plot: a run is finished by its own end record, not by its last scalar's step (issue 25, defect 1) ----
+
+
+def write_every_1000_steps_run(log_dir, seed: int, total: int, end_step: int | None):
+    """A SAC-style run of `total` steps (one env) that logs its scalars every 1,000 steps, so its last
+    scalar is short of `total`; `end_step` is what the run records at its end (None: an older run, without it)."""
+    from cleanrl_utils.run import record_end_step
+
+    args = SimpleNamespace(env_id="Pendulum-v1", exp_name="sac", seed=seed, track=False, total_timesteps=total)
+    args.num_envs, args.batch_size, args.num_iterations = 1, 256, total
+    writer = make_writer(args, "run", str(log_dir / f"Pendulum-v1__sac__{seed}__1700000000"))
+    for step in range(1000, (end_step or total) + 1, 1000):
+        writer.add_scalar("charts/episodic_return", -1000.0 + step / 10, step)
+    if end_step is not None:
+        record_end_step(writer, end_step)
+    writer.close()
+
+
+def test_a_run_that_logs_every_1000_steps_is_finished_by_its_own_end_record(tmp_path):
+    write_every_1000_steps_run(tmp_path, 1, 9500, end_step=9500)  # finished: was left out (last scalar at 9,000)
+    write_every_1000_steps_run(tmp_path, 2, 9500, end_step=4000)  # stopped by Ctrl-C at 4,000: unfinished
+    write_every_1000_steps_run(tmp_path, 3, 9500, end_step=None)  # an older run: judged by its last scalar, as before
+    runs = {run.seed: run for run in load_runs(str(tmp_path), "charts/episodic_return")}
+    assert {seed: (run.last_step, run.finished) for seed, run in runs.items()} == {
+        1: (9500, True),
+        2: (4000, False),
+        3: (9000, False),
+    }
+
+
+def test_a_real_dqn_run_short_of_a_logging_step_plots_as_finished(tmp_path):
+    """dqn.py logs every 1,000 steps: a 1,500-step run logs its last scalar at 1,000."""
+    from helpers import run_script
+
+    result = run_script(
+        "dqn",
+        *["--total-timesteps", "1500", "--learning-starts", "200", "--buffer-size", "1000", "--log-dir", str(tmp_path)],
+        env={"OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    (run,) = load_runs(str(tmp_path), "charts/episodic_return")
+    assert (run.expected_steps, run.last_step, run.finished) == (1500, 1500, True)
+
+
 # ---- benchmark: signals passed on to the trainings, logs kept across sweeps (issue 25, defects 11, 12, traceback 4) ----
 
 # A stand-in training: says it started, then on its first Ctrl-C or SIGTERM says so and exits 0 after a
