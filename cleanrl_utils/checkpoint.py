@@ -108,6 +108,16 @@ def _fail(flag: str, path: str, reason: str):
     sys.exit(f"error: {flag} {path!r} {reason}")
 
 
+def check_is_file(path: str, flag: str) -> None:
+    """One line unless `path` is a file: a run folder is named as a folder (it exists), with the checkpoint in it."""
+    if os.path.isdir(path):
+        inside = [name for name in ("checkpoint.pt", "checkpoint.msgpack") if os.path.isfile(os.path.join(path, name))]
+        hint = f"; resume from {os.path.join(path, inside[0])!r}" if inside else " (no checkpoint in it)"
+        _fail(flag, path, f"is a folder, not a checkpoint file{hint}")
+    if not os.path.isfile(path):
+        _fail(flag, path, "does not exist")
+
+
 def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
     """`checkpoint` if it is a dict holding `keys` (name -> type) and COMMON_KEYS and was written by
     `script`; else one line naming what is wrong, and exit. Runs before anything is written."""
@@ -133,8 +143,7 @@ def load_torch(path: str, script: str, keys: dict[str, type] | None = None, flag
     one clear line and exit."""
     import torch
 
-    if not os.path.isfile(path):
-        _fail(flag, path, "does not exist")
+    check_is_file(path, flag)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
@@ -152,8 +161,7 @@ def load_msgpack(path: str, script: str, keys: dict[str, type], flag: str = "--r
     """A flax msgpack checkpoint of `script` holding `keys`, or one clear line and exit."""
     import flax.serialization
 
-    if not os.path.isfile(path):
-        _fail(flag, path, "does not exist")
+    check_is_file(path, flag)
     try:
         with open(path, "rb") as f:
             checkpoint = flax.serialization.msgpack_restore(f.read())

@@ -346,7 +346,13 @@ def test_check_checkpoint_names_another_script_and_a_non_dict():
 def test_load_torch_one_line_errors(tmp_path):
     load = lambda path: load_torch(str(path), "s", TORCH_KEYS)  # noqa: E731
     one_line_exit(lambda: load(tmp_path / "missing.pt"), "does not exist")
-    one_line_exit(lambda: load(tmp_path), "does not exist")  # a folder is no checkpoint file
+    # a run folder exists: it is named as a folder (was: "does not exist"), with the checkpoint to give instead
+    one_line_exit(
+        lambda: load(tmp_path), f"--resume {str(tmp_path)!r} is a folder, not a checkpoint file (no checkpoint in it)"
+    )
+    torch.save(valid_checkpoint(), tmp_path / "checkpoint.pt")
+    one_line_exit(lambda: load(tmp_path), "is a folder, not a checkpoint file; resume from", "checkpoint.pt")
+    os.remove(tmp_path / "checkpoint.pt")
     (tmp_path / "junk.pt").write_bytes(os.urandom(1000))
     one_line_exit(lambda: load(tmp_path / "junk.pt"), "is not a readable checkpoint")
     (tmp_path / "empty.pt").write_bytes(b"")
