@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cleanrl_utils.run import check_writable_dir
+
 
 @dataclass
 class PlotArgs:
@@ -311,7 +313,7 @@ def main() -> None:
         print(note)
     if not runs:
         sys.exit(f"error: no run under {args.log_dir!r} finished (--include-unfinished plots unfinished ones too)")
-    os.makedirs(args.output_dir, exist_ok=True)
+    check_writable_dir(args.output_dir, "--output-dir")  # was: a traceback from makedirs or savefig
     envs = sorted({run.env_id for run in runs})
     for env_id in envs:
         path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file

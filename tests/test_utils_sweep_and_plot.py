@@ -585,3 +585,24 @@ def test_a_second_sweep_keeps_the_first_sweeps_logs(tmp_path):
     log = (tmp_path / "say__A-v0__1.log").read_text()  # was: the second sweep's "w" emptied the first's log
     assert log.index("sweep one seed 1") < log.index("sweep two seed 1")
     assert log.count("==== ") == 2 and f"{script} --env-id A-v0 --seed 1" in log
+
+
+@pytest.mark.parametrize("where", ["a regular file", "under a regular file", "/proc"])
+def test_plot_into_an_unwritable_output_dir_gives_one_line(tmp_path, where):
+    from helpers import assert_one_error_line
+
+    write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, [1.0, 2.0, 3.0], [100, 200, 300], 1000)
+    (tmp_path / "a_file").write_text("")
+    output_dir = {
+        "a regular file": str(tmp_path / "a_file"),
+        "under a regular file": str(tmp_path / "a_file" / "plots"),
+        "/proc": "/proc/cleanrl-test/plots",
+    }[where]
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(tmp_path / "runs"), "--output-dir", output_dir],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert_one_error_line(result, [f"--output-dir {output_dir!r} is not a writable folder ("])  # was: a traceback
