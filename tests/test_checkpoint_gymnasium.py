@@ -352,7 +352,7 @@ def test_continuous_resume_continues_steps_lr_and_normalisers(continuous_interru
     for step, lr in scalars["charts/learning_rate"]:
         i = step // CONT_BATCH
         planned = iterations if i > saved["iteration"] else CONT_ENDLESS_ITERATIONS
-        assert lr == pytest.approx(0.00295 * (1 - (i - 1) / planned), rel=1e-6)
+        assert lr == pytest.approx(0.00295 * (1 - (i - 1) / planned), rel=1e-5)
     for tag in ("losses/value_loss", "charts/episodic_length"):
         steps = [step for step, _ in scalars[tag]]
         assert steps == sorted(steps) and steps[-1] > saved["global_step"], tag
