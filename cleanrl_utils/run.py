@@ -50,7 +50,7 @@ def check_exp_name(exp_name: str) -> None:
     """--exp-name becomes part of the run folder's name: not empty, no path separator, not too long. Without this,
     a bad name failed as "--log-dir cannot hold a run folder", blaming the wrong flag, and "" was accepted."""
     if not exp_name.strip():
-        sys.exit(f"error: --exp-name {exp_name!r} is empty; give a name for the run folders, e.g. --exp-name ppo")
+        sys.exit(f"error: --exp-name {exp_name!r} is empty; give a name for the run folders, e.g. --exp-name baseline")
     if "/" in exp_name or "\0" in exp_name:
         sys.exit(f"error: --exp-name {exp_name!r} holds a '/' or NUL; it names a folder, so it cannot")
     if len(exp_name.encode()) > MAX_EXP_NAME_BYTES:
@@ -116,7 +116,7 @@ END_STEP_TAG = "charts/end_global_step"
 
 def record_end_step(writer, global_step: int) -> None:
     """At the normal end of a run (all iterations done, or stopped by Ctrl-C/SIGTERM after its checkpoint): the
-    global step it reached, logged at that step. Scripts that log every 1,000 steps (DQN, SAC) log their last
+    global step it reached, logged at that step. Scripts that log every 1,000 steps (the replay-buffer ones) log their last
     scalar short of the planned length, so only this record tells cleanrl_utils.plot that a run finished; a
     stopped run records the step it stopped at, short of the planned length, and stays unfinished."""
     writer.add_scalar(END_STEP_TAG, global_step, global_step)
