@@ -49,7 +49,7 @@ from cleanrl_utils.distributed import (
     world_from_env,
 )
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
-from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder
+from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, record_end_step, run_folder
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_atari_envpool_distributed"
@@ -567,6 +567,7 @@ if __name__ == "__main__":
         print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
     if rank == 0:
         videos.finish()
+        record_end_step(writer, global_step)
         writer.close()
     envs.close()
     if distributed():

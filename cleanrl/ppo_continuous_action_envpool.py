@@ -22,7 +22,7 @@ from torch.distributions.normal import Normal
 from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
-from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder
+from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, record_end_step, run_folder
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_continuous_action_envpool"
@@ -499,4 +499,5 @@ if __name__ == "__main__":
         print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
     videos.finish()
     envs.close()
+    record_end_step(writer, global_step)
     writer.close()

@@ -33,7 +33,15 @@ from cleanrl_utils.checkpoint import (
     save_msgpack,
 )
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
-from cleanrl_utils.run import ProgressLine, XlaCompilations, checkpoint_due, exit_if_diverged, make_writer, run_folder
+from cleanrl_utils.run import (
+    ProgressLine,
+    XlaCompilations,
+    checkpoint_due,
+    exit_if_diverged,
+    make_writer,
+    record_end_step,
+    run_folder,
+)
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_continuous_action_envpool_xla_jax"
@@ -557,4 +565,5 @@ if __name__ == "__main__":
         print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
     videos.finish()
     envs.close()
+    record_end_step(writer, global_step)
     writer.close()

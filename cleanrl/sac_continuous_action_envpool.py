@@ -35,6 +35,7 @@ from cleanrl_utils.run import (
     checkpoint_due,
     exit_if_diverged,
     make_writer,
+    record_end_step,
     run_folder,
     torch_all_finite,
 )
@@ -461,4 +462,5 @@ if __name__ == "__main__":
         print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
     videos.finish()
     envs.close()
+    record_end_step(writer, global_step)
     writer.close()

@@ -3,10 +3,17 @@
     python -m cleanrl_utils.benchmark --command "python cleanrl/ppo_atari_envpool.py" \\
         --env-ids Pong-v5 Breakout-v5 --seeds 1 2 3 --workers 1
 
-Each run is `<command> --env-id <env> --seed <seed>`, its output in `<log-dir>/<name>.log`. A failed
-run, or one that cannot start (a missing program), does not stop the sweep; the failures are listed
-with their log paths at the end and the exit code is 1. The progress line rewrites itself on a
-terminal and prints plain lines elsewhere.
+Each run is `<command> --env-id <env> --seed <seed>`, its output appended to `<log-dir>/<name>.log`
+under a header line naming the sweep's start time (a second sweep into the same folder keeps the
+first's output). A failed run, or one that cannot start (a missing program), does not stop the sweep;
+the failures are listed with their log paths at the end and the exit code is 1. The progress line
+rewrites itself on a terminal and prints plain lines elsewhere.
+
+Ctrl-C or SIGTERM to the runner is passed on, once, to each running training (which then saves its
+checkpoint and exits), no further run starts, and the runner waits for them, prints what finished,
+what was stopped and what never started, and exits 128 + the signal number. The trainings run in
+their own session, so a terminal's Ctrl-C reaches them only through the runner: twice would make
+them abort without saving. A second signal is passed on too: the trainings then abort at once.
 
 Runs share the machine's cores: each run gets OMP_NUM_THREADS = cores / concurrent runs (at least 1),
 which the scripts' `--torch-threads 0` (auto) follows. Torch's default of one thread per core in
@@ -16,6 +23,7 @@ An OMP_NUM_THREADS you set yourself is kept.
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -47,6 +55,7 @@ class Run:
     process: subprocess.Popen | None = None
     started: float = 0.0
     returncode: int | None = None
+    signalled: bool = False  # was running when the runner passed on a Ctrl-C or SIGTERM
 
 
 def run_label(argv: list[str]) -> str:
@@ -124,14 +133,40 @@ def threads_per_run(workers: int, num_runs: int, environ=os.environ) -> tuple[st
     return str(max(1, cores // concurrent)), f"{cores} cores / {concurrent} concurrent run{'s' if concurrent > 1 else ''}"
 
 
+class PassOnSignals:
+    """While a sweep runs: Ctrl-C and SIGTERM are recorded (never raised: no KeyboardInterrupt traceback), for
+    run_all to pass on to the running trainings. `restore()` puts the previous handlers back."""
+
+    def __init__(self):
+        self.received: list[int] = []  # not yet passed on
+        self.seen: list[int] = []  # every one, in order
+        self.previous = {signum: signal.signal(signum, self._record) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def _record(self, signum, frame) -> None:
+        self.received.append(signum)
+        self.seen.append(signum)
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def log_header(run: Run) -> str:
+    return f"==== {time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(run.argv)}\n"
+
+
 def start(run: Run, env: dict | None) -> bool:
-    """Start `run` with its output in its log file. A program that cannot start (missing, not
-    executable) is a failed run (exit 127, as a shell gives), its reason in the log: the sweep goes on."""
+    """Start `run` with its output appended to its log file, after a header (an earlier sweep's log is kept). A
+    program that cannot start (missing, not executable) is a failed run (exit 127, as a shell gives), its
+    reason in the log: the sweep goes on. The run gets its own session: a terminal's Ctrl-C reaches it only
+    through the runner, once."""
     os.makedirs(os.path.dirname(run.log_path) or ".", exist_ok=True)
     run.started = time.time()
-    with open(run.log_path, "w") as log:
+    with open(run.log_path, "a") as log:
+        log.write(log_header(run))
+        log.flush()  # before the child's own writes to the same file
         try:
-            run.process = subprocess.Popen(run.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+            run.process = subprocess.Popen(run.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as error:
             log.write(f"cannot start {run.argv[0]!r}: {type(error).__name__}: {error.strerror}\n")
             run.returncode = 127
@@ -139,13 +174,34 @@ def start(run: Run, env: dict | None) -> bool:
     return True
 
 
-def run_all(runs: list[Run], workers: int, poll_seconds: float = 0.2, stream=sys.stdout, env: dict | None = None) -> list[Run]:
+def pass_on(signals: list[int], running: list[Run], progress: Progress) -> None:
+    """Send each signal received to every running training; none starts after the first."""
+    while signals:
+        signum = signals.pop(0)
+        for run in running:
+            run.signalled = True
+            run.process.send_signal(signum)
+        progress.event(f"{signal.Signals(signum).name}: passed on to {len(running)} running run(s), waiting for them")
+
+
+def run_all(
+    runs: list[Run],
+    workers: int,
+    poll_seconds: float = 0.2,
+    stream=sys.stdout,
+    env: dict | None = None,
+    signals: PassOnSignals | None = None,
+) -> list[Run]:
     """Run everything with at most `workers` at once, with environment `env` (None: this process's);
-    return the failed runs."""
+    return the failed runs. With `signals`, a Ctrl-C or SIGTERM is passed on to the running runs, the
+    pending ones are dropped (left with no process), and it returns once the running ones have exited."""
     pending, running, done = list(runs), [], []
     progress = Progress(stream)
     start_time = time.time()
     while pending or running:
+        if signals is not None and signals.received:
+            pending.clear()
+            pass_on(signals.received, running, progress)
         while pending and len(running) < workers:
             run = pending.pop(0)
             if start(run, env):
@@ -172,6 +228,23 @@ def run_all(runs: list[Run], workers: int, poll_seconds: float = 0.2, stream=sys
     return [r for r in done if r.returncode != 0]
 
 
+def stopped_summary(runs: list[Run], signum: int) -> list[str]:
+    """What a stopped sweep did: finished runs, runs the signal stopped (exit 0: they saved a checkpoint), runs
+    that failed, and runs that never started."""
+    finished = [r for r in runs if r.returncode == 0 and not r.signalled]
+    stopped = [r for r in runs if r.signalled]
+    failed = [r for r in runs if r.returncode not in (0, None) and not r.signalled]
+    not_started = [r for r in runs if r.returncode is None]
+    lines = [
+        f"sweep stopped by {signal.Signals(signum).name}: {len(finished)} of {len(runs)} runs finished, "
+        f"{len(stopped)} stopped, {len(failed)} failed, {len(not_started)} not started"
+    ]
+    lines += [f"  stopped {r.env_id} seed {r.seed} (exit {r.returncode}), log {r.log_path}" for r in stopped]
+    lines += [f"  failed {r.env_id} seed {r.seed} (exit {r.returncode}), log {r.log_path}" for r in failed]
+    lines += [f"  not started {r.env_id} seed {r.seed}" for r in not_started]
+    return lines
+
+
 def main() -> None:
     import tyro
 
@@ -184,7 +257,14 @@ def main() -> None:
     check_writable_dir(args.log_dir, "--log-dir")
     threads, why = threads_per_run(args.workers, len(runs))
     print(f"each run gets OMP_NUM_THREADS={threads} ({why})", flush=True)
-    failed = run_all(runs, args.workers, env={**os.environ, "OMP_NUM_THREADS": threads})
+    signals = PassOnSignals()
+    try:
+        failed = run_all(runs, args.workers, env={**os.environ, "OMP_NUM_THREADS": threads}, signals=signals)
+    finally:
+        signals.restore()
+    if signals.seen:
+        print("\n".join(stopped_summary(runs, signals.seen[0])), flush=True)
+        sys.exit(128 + signals.seen[0])
     if failed:
         print(f"{len(failed)} of {len(runs)} runs failed:")
         for run in failed:

@@ -41,11 +41,30 @@ def write_atomically(path: str, write: Callable) -> None:
     """`write(file)` into `path + ".tmp"`, flushed to disk, then renamed over `path`: a crash, kill or
     full disk mid-write never leaves a torn checkpoint, and the previous one stays until the rename."""
     tmp_path = path + ".tmp"
-    with open(tmp_path, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp_path, path)
+    try:
+        with open(tmp_path, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:  # a full disk or a KeyboardInterrupt: the half-written file is as large as a checkpoint
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        raise
+
+
+def remove_interrupted_saves(path: str) -> None:
+    """Remove the `.tmp` files a killed save left beside checkpoint `path` (kill -9, a second Ctrl-C, a power
+    cut: no cleanup code runs), each as large as a checkpoint, and say so. Called when a run resumes from
+    `path`, before it writes anything: that run's saves are the only writers of its folder."""
+    run_dir = os.path.dirname(os.path.abspath(path))
+    for name in sorted(os.listdir(run_dir)):
+        if name.startswith("checkpoint") and name.endswith(".tmp"):
+            try:
+                os.remove(os.path.join(run_dir, name))
+            except OSError:  # another rank removed it first, or the folder is read-only (refused later, in one line)
+                continue
+            print(f"removed {name}, left by a save that was interrupted", flush=True)
 
 
 def kept_checkpoint_path(path: str, global_step: int) -> str:
@@ -89,6 +108,16 @@ def _fail(flag: str, path: str, reason: str):
     sys.exit(f"error: {flag} {path!r} {reason}")
 
 
+def check_is_file(path: str, flag: str) -> None:
+    """One line unless `path` is a file: a run folder is named as a folder (it exists), with the checkpoint in it."""
+    if os.path.isdir(path):
+        inside = [name for name in ("checkpoint.pt", "checkpoint.msgpack") if os.path.isfile(os.path.join(path, name))]
+        hint = f"; resume from {os.path.join(path, inside[0])!r}" if inside else " (no checkpoint in it)"
+        _fail(flag, path, f"is a folder, not a checkpoint file{hint}")
+    if not os.path.isfile(path):
+        _fail(flag, path, "does not exist")
+
+
 def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
     """`checkpoint` if it is a dict holding `keys` (name -> type) and COMMON_KEYS and was written by
     `script`; else one line naming what is wrong, and exit. Runs before anything is written."""
@@ -114,25 +143,25 @@ def load_torch(path: str, script: str, keys: dict[str, type] | None = None, flag
     one clear line and exit."""
     import torch
 
-    if not os.path.isfile(path):
-        _fail(flag, path, "does not exist")
+    check_is_file(path, flag)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
         _fail(flag, path, f"is not a readable checkpoint ({type(error).__name__})")
     if isinstance(checkpoint, dict) and "optimizer_state_dict" not in checkpoint:
         _fail(flag, path, "is not a resumable checkpoint (no optimiser state)")
-    return check_checkpoint(
+    checkpoint = check_checkpoint(
         checkpoint, path, script, {"model_state_dict": dict, "optimizer_state_dict": dict} | (keys or {}), flag
     )
+    remove_interrupted_saves(path)
+    return checkpoint
 
 
 def load_msgpack(path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
     """A flax msgpack checkpoint of `script` holding `keys`, or one clear line and exit."""
     import flax.serialization
 
-    if not os.path.isfile(path):
-        _fail(flag, path, "does not exist")
+    check_is_file(path, flag)
     try:
         with open(path, "rb") as f:
             checkpoint = flax.serialization.msgpack_restore(f.read())
@@ -144,6 +173,7 @@ def load_msgpack(path: str, script: str, keys: dict[str, type], flag: str = "--r
     checkpoint = check_checkpoint(checkpoint, path, script, keys, flag)
     for name in ("iteration", "global_step"):
         checkpoint[name] = int(checkpoint[name])
+    remove_interrupted_saves(path)
     return checkpoint
 
 

@@ -2,6 +2,7 @@
 value and what is allowed: a user mistake never ends in a traceback, and nothing has been written yet."""
 
 import difflib
+import math
 import os
 import sys
 
@@ -14,20 +15,24 @@ def flag(name: str) -> str:
 
 
 def check_positive(args, *names: str) -> None:
-    """Each named field is > 0 (integers: "a positive integer")."""
+    """Each named field is > 0 and finite (integers: "a positive integer"). NaN fails every comparison, so
+    `value <= 0` alone would let it through: a NaN rate or KL bound trains nothing and still exits 0."""
     for name in names:
         value = getattr(args, name, None)  # a flag this script does not have is not checked
-        if value is not None and value <= 0:
-            kind = "a positive integer" if isinstance(value, int) else "positive"
-            sys.exit(f"error: {flag(name)} must be {kind}, got {value}")
+        if value is None:
+            continue
+        if isinstance(value, int) and value <= 0:
+            sys.exit(f"error: {flag(name)} must be a positive integer, got {value}")
+        if not isinstance(value, int) and not (value > 0 and math.isfinite(value)):
+            sys.exit(f"error: {flag(name)} must be positive and finite, got {value}")
 
 
 def check_non_negative(args, *names: str) -> None:
-    """Each named field is >= 0 (a noise scale or a clip, where 0 turns it off)."""
+    """Each named field is >= 0 and finite (a noise scale or a clip, where 0 turns it off)."""
     for name in names:
         value = getattr(args, name, None)
-        if value is not None and value < 0:
-            sys.exit(f"error: {flag(name)} must be >= 0 (0 = off), got {value}")
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            sys.exit(f"error: {flag(name)} must be >= 0 and finite (0 = off), got {value}")
 
 
 def check_run_args(args) -> None:

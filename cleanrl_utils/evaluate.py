@@ -103,21 +103,46 @@ def bf16_here(train_args: dict, device: torch.device) -> bool:
     return train_args.get("precision") == "bf16" and native_bf16(this_machine(device))[0]
 
 
+# Envs played at once. One env per episode keeps short episodes from being over-represented, but 100,000 of them
+# exhaust memory: past this many, episodes are played in rounds of one episode per env, on the same envs.
+MAX_EVAL_ENVS = 32
+
+
+def eval_env_count(episodes: int) -> int:
+    """How many envs an evaluator makes for `episodes` episodes."""
+    return min(episodes, MAX_EVAL_ENVS)
+
+
 def play(
     envs, act, episodes: int, reset_seed: int | None = None, atari: bool = False, video_dir: str | None = None
 ) -> list[float]:
-    """One episode per env, so that short episodes are not over-represented; returns in raw units.
-    Atari: whole games (all lives) from the unclipped `info["reward"]`, over at `info["terminated"]`
-    or truncation; with `video_dir` each env's game is filmed from EnvPool's RGB renderer."""
+    """`episodes` episodes on `envs`, in rounds of one episode per env (the last round uses as many envs as it
+    needs); returns in raw units, in episode order. Atari: whole games (all lives) from the unclipped
+    `info["reward"]`, over at `info["terminated"]` or truncation; with `video_dir` each game is filmed from
+    EnvPool's RGB renderer."""
     obs, _ = envs.reset() if reset_seed is None else envs.reset(seed=reset_seed)
-    returns = np.zeros(episodes)
-    finished = np.zeros(episodes, dtype=bool)
+    returns: list[float] = []
+    while len(returns) < episodes:
+        if returns:  # a new round: every env starts a fresh episode (the seeded RNGs go on, so new ones)
+            obs, _ = envs.reset()
+        playing = min(len(obs), episodes - len(returns))
+        returns += play_round(envs, act, obs, playing, len(returns), atari, video_dir)
+    envs.close()
+    return returns
+
+
+def play_round(envs, act, obs, playing: int, first_episode: int, atari: bool, video_dir: str | None) -> list[float]:
+    """One episode in each of the first `playing` envs, from observations `obs` (the others run on, ignored)."""
+    returns = np.zeros(playing)
+    finished = np.zeros(playing, dtype=bool)
     writers = None
     if video_dir is not None:
         from cleanrl_utils.video import VideoWriter
 
-        writers = [VideoWriter(os.path.join(video_dir, f"eval-episode-{i}.mp4"), fps=15) for i in range(episodes)]
-        for i, frame in enumerate(envs.render(env_ids=np.arange(episodes))):
+        writers = [
+            VideoWriter(os.path.join(video_dir, f"eval-episode-{first_episode + i}.mp4"), fps=15) for i in range(playing)
+        ]
+        for i, frame in enumerate(envs.render(env_ids=np.arange(playing))):
             writers[i].append(frame)
     while not finished.all():
         obs, reward, terminated, truncated, info = envs.step(act(obs))
@@ -125,16 +150,15 @@ def play(
             reward, ended = info["reward"], info["terminated"].astype(bool) | truncated
         else:
             ended = terminated | truncated
-        returns += reward * ~finished
+        returns += reward[:playing] * ~finished
         if writers is not None:
             filming = np.flatnonzero(~finished)
             for i, frame in zip(filming, envs.render(env_ids=filming)):
                 writers[i].append(frame)
-        finished |= ended
+        finished |= ended[:playing]
     if writers is not None:
         for writer in writers:
             writer.close()
-    envs.close()
     return returns.tolist()
 
 
@@ -166,7 +190,9 @@ def evaluate_atari_envpool(
     script = importlib.import_module(f"cleanrl.{script_name}")
     train_args = checkpoint["args"]
     render_mode = "rgb_array" if video_dir else None
-    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    envs = script.make_env(
+        train_args["env_id"], eval_env_count(episodes), seed, train_args["max_episode_steps"], render_mode=render_mode
+    )
     agent = script.Agent(
         envs.single_action_space.n, bf16=bf16_here(train_args, device), channels_last=train_args["channels_last"] == "on"
     )
@@ -184,7 +210,7 @@ def evaluate_continuous_action_envpool(
     extra episodes in Gymnasium's env of the same id (same MuJoCo model)."""
     script = importlib.import_module("cleanrl.ppo_continuous_action_envpool")
     train_args = checkpoint["args"]
-    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    envs = script.make_env(train_args["env_id"], eval_env_count(episodes), seed, train_args["max_episode_steps"])
     obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
     agent = script.Agent(int(np.prod(obs_shape)), int(np.prod(action_space.shape)))
     agent.load_state_dict(checkpoint["model_state_dict"])
@@ -204,7 +230,7 @@ def evaluate_ppo(
 ) -> list[float]:
     script = importlib.import_module("cleanrl.ppo")
     train_args = checkpoint["args"]
-    envs = script.make_env(train_args["env_id"], episodes, "sync", train_args["max_episode_steps"])
+    envs = script.make_env(train_args["env_id"], eval_env_count(episodes), "sync", train_args["max_episode_steps"])
     agent = script.Agent(envs.single_observation_space.shape[0], envs.single_action_space.n)
     agent.load_state_dict(checkpoint["model_state_dict"])
     agent.to(device).eval()
@@ -226,7 +252,7 @@ def evaluate_ppo_continuous_action(
 ) -> list[float]:
     script = importlib.import_module("cleanrl.ppo_continuous_action")
     train_args = checkpoint["args"]
-    envs = script.make_env(train_args["env_id"], episodes, "sync", train_args["max_episode_steps"])
+    envs = script.make_env(train_args["env_id"], eval_env_count(episodes), "sync", train_args["max_episode_steps"])
     obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
     agent = script.Agent(obs_shape[0], action_space.shape[0])
     agent.load_state_dict(checkpoint["model_state_dict"])
@@ -250,7 +276,7 @@ def evaluate_atari_envpool_xla_jax(
     script = importlib.import_module("cleanrl.ppo_atari_envpool_xla_jax")
     train_args = checkpoint["args"]
     render = {"render_mode": "rgb_array"} if video_dir else {}
-    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], **render)
+    envs = script.make_env(train_args["env_id"], eval_env_count(episodes), seed, train_args["max_episode_steps"], **render)
     agent = script.Agent(
         envs.single_action_space.n, bf16=train_args.get("precision") == "bf16", xla_conv=train_args["xla_conv"]
     )
@@ -274,7 +300,7 @@ def evaluate_continuous_action_envpool_xla_jax(
 
     script = importlib.import_module("cleanrl.ppo_continuous_action_envpool_xla_jax")
     train_args = checkpoint["args"]
-    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    envs = script.make_env(train_args["env_id"], eval_env_count(episodes), seed, train_args["max_episode_steps"])
     action_space = envs.single_action_space
     agent = script.Agent(int(np.prod(action_space.shape)))
     params = checkpoint["model_state_dict"]
@@ -319,7 +345,7 @@ def evaluate_dqn(
     """Epsilon-greedy play of cleanrl/dqn.py's Q-network (epsilon 0 with --greedy)."""
     script = importlib.import_module("cleanrl.dqn")
     train_args = checkpoint["args"]
-    envs = script.make_env(train_args["env_id"], episodes, "sync", train_args["max_episode_steps"])
+    envs = script.make_env(train_args["env_id"], eval_env_count(episodes), "sync", train_args["max_episode_steps"])
     num_actions = int(envs.single_action_space.n)
     q_network = script.QNetwork(envs.single_observation_space.shape[0], num_actions)
     q_network.load_state_dict(checkpoint["model_state_dict"])
@@ -338,7 +364,9 @@ def evaluate_dqn_atari_envpool(
     script = importlib.import_module("cleanrl.dqn_atari_envpool")
     train_args = checkpoint["args"]
     render_mode = "rgb_array" if video_dir else None
-    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    envs = script.make_env(
+        train_args["env_id"], eval_env_count(episodes), seed, train_args["max_episode_steps"], render_mode=render_mode
+    )
     num_actions = int(envs.single_action_space.n)
     q_network = script.QNetwork(
         num_actions, bf16=bf16_here(train_args, device), channels_last=train_args["channels_last"] == "on"
@@ -357,7 +385,7 @@ def evaluate_gaussian_policy_envpool(
     frozen. Samples from the Gaussian, or plays its mean with --greedy; actions clipped to the bounds."""
     script = importlib.import_module(f"cleanrl.{script_name}")
     train_args = checkpoint["args"]
-    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    envs = script.make_env(train_args["env_id"], eval_env_count(episodes), seed, train_args["max_episode_steps"])
     obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
     agent = script.Agent(int(np.prod(obs_shape)), int(np.prod(action_space.shape)))
     agent.load_state_dict(checkpoint["model_state_dict"])
@@ -388,7 +416,7 @@ def evaluate_off_policy_continuous(
     DDPG: the actor's output, without exploration noise), whatever --greedy says. Pendulum and MuJoCo ids alike."""
     script = importlib.import_module(f"cleanrl.{script_name}")
     train_args = checkpoint["args"]
-    envs = script.make_env(train_args["env_id"], episodes, seed, train_args["max_episode_steps"])
+    envs = script.make_env(train_args["env_id"], eval_env_count(episodes), seed, train_args["max_episode_steps"])
     action_space = envs.single_action_space
     actor = script.Actor(envs.single_observation_space.shape[0], action_space.low, action_space.high)
     actor.load_state_dict(checkpoint["model_state_dict"])

@@ -10,8 +10,9 @@ grouped under its real id.
 
 Seeds are the seeds in the runs' own hyperparameters, not folders: of two finished runs with the
 same script, env and seed (a sweep run twice) the newest is kept and the other is named as dropped.
-A run that did not finish (its last step short of num_iterations x num_envs [x num_steps]: interrupted,
-diverged, or still running) is left out and named, unless --include-unfinished. What was dropped
+A run that did not finish (the step it recorded at its end, `charts/end_global_step`, short of
+num_iterations x num_envs [x num_steps]: stopped, diverged, or still running; a run written before that record
+existed is judged by its last scalar's step) is left out and named, unless --include-unfinished. What was dropped
 or left out is printed and written under the table in summary.md.
 
 Runs are grouped by script (exp_name) x env. For each env one PNG shows each script's mean episodic
@@ -28,6 +29,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+
+from cleanrl_utils.run import check_writable_dir
 
 
 @dataclass
@@ -145,6 +148,8 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
                 sps=sps,
                 name=name,
                 start_time=first_wall,
+                # the step the run recorded at its end (END_STEP_TAG, run.record_end_step) is one of these scalars;
+                # older runs, without it, are judged by their last scalar
                 last_step=max(accumulator.Scalars(t)[-1].step for t in tags),
                 expected_steps=expected_steps,
             )
@@ -308,7 +313,7 @@ def main() -> None:
         print(note)
     if not runs:
         sys.exit(f"error: no run under {args.log_dir!r} finished (--include-unfinished plots unfinished ones too)")
-    os.makedirs(args.output_dir, exist_ok=True)
+    check_writable_dir(args.output_dir, "--output-dir")  # was: a traceback from makedirs or savefig
     envs = sorted({run.env_id for run in runs})
     for env_id in envs:
         path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file

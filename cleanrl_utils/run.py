@@ -19,8 +19,10 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
     command is started from."""
     if checkpoint_path is not None:
         run_dir = os.path.dirname(os.path.abspath(checkpoint_path))
+        check_resumable_dir(run_dir, checkpoint_path)
         print(f"run folder: {run_dir}", flush=True)
         return os.path.basename(run_dir), run_dir
+    check_exp_name(args.exp_name)
     base = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     log_dir = os.path.abspath(args.log_dir)
     try:
@@ -37,6 +39,38 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
     except OSError as error:
         sys.exit(f"error: --log-dir {args.log_dir!r} cannot hold a run folder ({type(error).__name__}: {error.strerror})")
     sys.exit(f"error: --log-dir {args.log_dir!r} already holds runs {base} to {base}-999")
+
+
+# The longest file name most file systems take (ext4, xfs, btrfs: 255 bytes); the run folder's time stamp and
+# suffix take up to 16 of them.
+MAX_EXP_NAME_BYTES = 200
+
+
+def check_exp_name(exp_name: str) -> None:
+    """--exp-name becomes part of the run folder's name: not empty, no path separator, not too long. Without this,
+    a bad name failed as "--log-dir cannot hold a run folder", blaming the wrong flag, and "" was accepted."""
+    if not exp_name.strip():
+        sys.exit(f"error: --exp-name {exp_name!r} is empty; give a name for the run folders, e.g. --exp-name baseline")
+    if "/" in exp_name or "\0" in exp_name:
+        sys.exit(f"error: --exp-name {exp_name!r} holds a '/' or NUL; it names a folder, so it cannot")
+    if len(exp_name.encode()) > MAX_EXP_NAME_BYTES:
+        sys.exit(
+            f"error: --exp-name is {len(exp_name.encode())} bytes long; a folder name allows at most {MAX_EXP_NAME_BYTES}"
+        )
+
+
+def check_resumable_dir(run_dir: str, checkpoint_path: str) -> None:
+    """A resumed run writes into its checkpoint's folder: one line, before anything is written, if it cannot."""
+    probe = os.path.join(run_dir, f".write-test-{os.getpid()}")
+    try:
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        sys.exit(
+            f"error: --resume {checkpoint_path!r} is in a folder this run cannot write to ({type(error).__name__}: "
+            f"{error.strerror}); copy the run folder somewhere writable and resume from the copy"
+        )
 
 
 def check_writable_dir(path: str, flag: str) -> None:
@@ -74,6 +108,18 @@ def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = No
         "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
     )
     return writer
+
+
+# The scalar every script writes once, at its normal end: cleanrl_utils.plot reads it (see record_end_step).
+END_STEP_TAG = "charts/end_global_step"
+
+
+def record_end_step(writer, global_step: int) -> None:
+    """At the normal end of a run (all iterations done, or stopped by Ctrl-C/SIGTERM after its checkpoint): the
+    global step it reached, logged at that step. Scripts that log every 1,000 steps (the replay-buffer ones) log their last
+    scalar short of the planned length, so only this record tells cleanrl_utils.plot that a run finished; a
+    stopped run records the step it stopped at, short of the planned length, and stays unfinished."""
+    writer.add_scalar(END_STEP_TAG, global_step, global_step)
 
 
 def torch_threads(requested: int) -> int:

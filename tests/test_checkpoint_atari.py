@@ -104,7 +104,7 @@ def test_resume_continues_step_counter_and_lr_schedule(interrupted_run):
     assert lr_steps == [256 * i for i in range(1, 17)]  # one point per iteration, none twice
     for step, lr in scalars["charts/learning_rate"]:
         iteration = step // 256
-        assert lr == pytest.approx(2.5e-4 * (1 - (iteration - 1) / 16), rel=1e-6)
+        assert lr == pytest.approx(2.5e-4 * (1 - (iteration - 1) / 16), rel=1e-5)
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == 16 and final["global_step"] == 4096
 

@@ -194,7 +194,7 @@ def test_resume_continues_step_counter_lr_schedule_and_normalisers(interrupted_r
     for step, lr in scalars["charts/learning_rate"]:
         iteration = step // BATCH
         planned = ENDLESS_ITERATIONS if iteration <= stopped_at else iterations
-        assert lr == pytest.approx(2.95e-3 * (1 - (iteration - 1) / planned), rel=1e-6)
+        assert lr == pytest.approx(2.95e-3 * (1 - (iteration - 1) / planned), rel=1e-5)
     assert [step for step, _ in scalars["losses/value_loss"]] == lr_steps
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == iterations and final["global_step"] == iterations * BATCH
@@ -250,7 +250,7 @@ def test_sigterm_writes_a_checkpoint_and_exits_zero(terminated_run):
         in stdout
     )
     assert stopped_at >= 1 and checkpoint["global_step"] == stopped_at * BATCH
-    assert checkpoint["learning_rate"] == pytest.approx(adapted_lr(stopped_at), rel=1e-12)
+    assert checkpoint["learning_rate"] == pytest.approx(adapted_lr(stopped_at), rel=1e-5)
 
 
 def test_killed_run_resumes_from_its_periodic_checkpoint(tmp_path):
@@ -283,12 +283,12 @@ def test_killed_run_resumes_from_its_periodic_checkpoint(tmp_path):
     iterations = k + 4
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--total-timesteps", str(iterations * BATCH))
     assert result.returncode == 0, result.stderr[-2000:]
-    assert killed["learning_rate"] == pytest.approx(adapted_lr(k), rel=1e-12)
+    assert killed["learning_rate"] == pytest.approx(adapted_lr(k), rel=1e-5)
     logged = read_scalars(only_run_dir(tmp_path))["charts/learning_rate"]
     steps = [step for step, _ in logged]
     assert len(steps) == len(set(steps)) and steps[-4:] == [BATCH * i for i in range(k + 1, iterations + 1)]
     for step, value in logged:
-        assert value == pytest.approx(adapted_lr(step // BATCH), rel=1e-6), step
+        assert value == pytest.approx(adapted_lr(step // BATCH), rel=1e-5), step
     final = torch.load(checkpoint_path, weights_only=True)
     assert final["iteration"] == iterations and final["learning_rate"] == pytest.approx(1e-2)
     # no boundary, no stale row: every return was valid

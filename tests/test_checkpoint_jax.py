@@ -307,7 +307,7 @@ def test_sigint_or_sigterm_writes_a_checkpoint_and_exits_zero(case, interrupted_
     assert int(checkpoint["train_state"]["step"]) == stopped_at * args["update_epochs"] * args["num_minibatches"]
     lr = checkpoint["train_state"]["opt_state"]["hyperparams"]["learning_rate"]
     assert lr.dtype == np.float32
-    assert lr == pytest.approx(case.lr(stopped_at, ENDLESS_TOTAL // case.batch), rel=1e-6)
+    assert lr == pytest.approx(case.lr(stopped_at, ENDLESS_TOTAL // case.batch), rel=1e-5)
     assert checkpoint["key"].dtype == np.uint32 and checkpoint["key"].shape == (2,)
     assert set(checkpoint["rng"]) == {"python", "numpy"}
     assert not os.path.exists(checkpoint_path + ".tmp")
@@ -381,7 +381,7 @@ def test_resume_continues_step_counter_lr_schedule_and_compiles_once(case, inter
     for step, lr in scalars["charts/learning_rate"]:
         iteration = step // case.batch
         planned = ENDLESS_TOTAL // case.batch if iteration <= stopped_at else case.iterations
-        assert lr == pytest.approx(case.lr(iteration, planned), rel=1e-6)
+        assert lr == pytest.approx(case.lr(iteration, planned), rel=1e-5)
     assert [step for step, _ in scalars["losses/value_loss"]] == lr_steps
     final = read_checkpoint(checkpoint_path)
     assert final["iteration"] == case.iterations and final["global_step"] == case.iterations * case.batch

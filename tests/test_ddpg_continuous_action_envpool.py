@@ -88,7 +88,9 @@ def test_td_target_by_hand():
     assert torch.equal(torch.get_rng_state(), rng_state)
     q_next = np.concatenate([next_obs, np.broadcast_to(MU_NEXT, (8, 2))], 1) @ np.array(COEFS[0]) + BIASES[0]
     np.testing.assert_allclose(y.numpy(), rewards + 0.9 * (1 - dones) * q_next, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(y.numpy()[dones == 1], rewards[dones == 1], rtol=1e-6)  # no bootstrap at a termination
+    np.testing.assert_allclose(
+        y.numpy()[dones == 1], rewards[dones == 1], rtol=1e-5, atol=1e-6
+    )  # no bootstrap at a termination
     assert np.all(np.abs(y.numpy() - rewards)[dones == 0] > 0.1)  # and a real one elsewhere
 
 

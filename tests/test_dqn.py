@@ -120,7 +120,7 @@ def test_sample_is_uniform_over_stored_transitions_and_keeps_fields_together(ste
     t, env = obs[:, 0].astype(int), obs[:, 1].astype(int)
     np.testing.assert_array_equal(next_obs, obs + 0.5)
     np.testing.assert_array_equal(actions, 1000 * t + env)
-    np.testing.assert_allclose(rewards, t + env / 10, rtol=1e-6)
+    np.testing.assert_allclose(rewards, t + env / 10, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(dones, (t + env) % 2)
     stored = {(s, e) for s in range(max(0, steps - rows), steps) for e in range(num_envs)}
     counts = {}

@@ -158,8 +158,8 @@ def test_td_target_zero_on_termination_bootstrap_on_truncation():
     loss, q_values = td_loss(online, target, obs, actions, rewards, next_obs, dones, gamma=0.9)
     targets = np.array([1.0, -1.0 + 0.9 * 8.0, 0.0 + 0.9 * 0.5])
     chosen = np.array([2.0, 3.0, 6.0])
-    np.testing.assert_allclose(q_values.numpy(), chosen)
-    np.testing.assert_allclose(loss.item(), np.mean((chosen - targets) ** 2), rtol=1e-6)
+    np.testing.assert_allclose(q_values.numpy(), chosen, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loss.item(), np.mean((chosen - targets) ** 2), rtol=1e-5, atol=1e-6)
 
 
 def test_updates_follow_the_global_step():
@@ -203,7 +203,7 @@ def test_fused_adam_takes_the_same_step():
             optimizer.step()
         networks.append(q_network)
     for plain, fused in zip(*(network.parameters() for network in networks)):
-        torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
 
 
 SHORT = ["--env-id", "Breakout-v5", "--total-timesteps", "3000", "--learning-starts", "1000", "--buffer-size", "4000"]

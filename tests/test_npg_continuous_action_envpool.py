@@ -134,7 +134,7 @@ def test_policy_update_ignores_stale_rows_and_takes_the_natural_gradient_step():
     for p, q in zip(first.parameters(), second.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
     for key in stats:
-        torch.testing.assert_close(stats[key], stats2[key], rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(stats[key], stats2[key], rtol=1e-5, atol=1e-6)
 
     # the step against an explicit solve, in float64 on the same batch
     agent64 = copy.deepcopy(agent).double()
@@ -219,7 +219,7 @@ def test_resume_continues_the_step_counter_and_the_normalisers(two_short_runs, t
     steps = [step for step, _ in read_scalars(run_dir)["losses/kl"]]
     assert steps == [i * SHORT_BATCH for i in range(1, 11)]
     lrs = [lr for _, lr in read_scalars(run_dir)["charts/learning_rate"]]
-    assert lrs[6] == pytest.approx(1e-3 * (1 - 6 / 10), rel=1e-6)  # the schedule of a 10-iteration run
+    assert lrs[6] == pytest.approx(1e-3 * (1 - 6 / 10), rel=1e-5)  # the schedule of a 10-iteration run
     model = torch.load(os.path.join(run_dir, f"{SCRIPT}.cleanrl_model"), weights_only=True)
     assert set(model) >= {"script", "args", "model_state_dict", "obs_rms", "return_rms", "value_rms"}
 

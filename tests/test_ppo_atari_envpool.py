@@ -164,11 +164,11 @@ def test_loss_ignores_stale_rows():
         tensor[stale] = fresh
         changed.append(tensor)
     loss, grads, stats = loss_and_grads(*changed)
-    torch.testing.assert_close(loss, base_loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(loss, base_loss, rtol=1e-5, atol=1e-6)
     for g, g0 in zip(grads, base_grads):
-        torch.testing.assert_close(g, g0, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(g, g0, rtol=1e-5, atol=1e-6)
     for key in base_stats:
-        torch.testing.assert_close(stats[key], base_stats[key], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(stats[key], base_stats[key], rtol=1e-5, atol=1e-6)
     # and the mask is doing the work: without it the loss changes
     everything = torch.ones(batch, dtype=torch.bool)
     with torch.no_grad():

@@ -187,11 +187,13 @@ def test_agent_log_prob_is_of_the_unclipped_gaussian_sample():
     std = torch.full_like(mean, np.exp(0.5))
     expected = (-((action - mean) ** 2) / (2 * std**2) - std.log() - 0.5 * np.log(2 * np.pi)).sum(-1)
     torch.testing.assert_close(logprob, expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(entropy, torch.full_like(entropy, 6 * (0.5 + 0.5 + 0.5 * np.log(2 * np.pi))))
+    torch.testing.assert_close(
+        entropy, torch.full_like(entropy, 6 * (0.5 + 0.5 + 0.5 * np.log(2 * np.pi))), rtol=1e-5, atol=1e-5
+    )
     assert value.shape == (256,)
     # re-evaluating the stored sample reproduces the stored log-prob (ratio 1 at the first epoch)
     _, logprob2, _, _ = agent.get_action_and_value(obs, action)
-    torch.testing.assert_close(logprob2, logprob)
+    torch.testing.assert_close(logprob2, logprob, rtol=1e-5, atol=1e-5)
 
 
 def test_loss_ignores_stale_rows():
@@ -228,11 +230,11 @@ def test_loss_ignores_stale_rows():
         tensor[stale] = fresh
         changed.append(tensor)
     loss, grads, stats = loss_and_grads(*changed)
-    torch.testing.assert_close(loss, base_loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(loss, base_loss, rtol=1e-5, atol=1e-6)
     for g, g0 in zip(grads, base_grads):
-        torch.testing.assert_close(g, g0, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(g, g0, rtol=1e-5, atol=1e-6)
     for key in base_stats:
-        torch.testing.assert_close(stats[key], base_stats[key], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(stats[key], base_stats[key], rtol=1e-5, atol=1e-6)
     everything = torch.ones(batch, dtype=torch.bool)
     with torch.no_grad():
         unmasked_changed = ppo_loss(agent, *changed, everything, args)[0].item()

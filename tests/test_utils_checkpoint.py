@@ -106,6 +106,15 @@ def test_a_failing_write_keeps_the_previous_file(tmp_path):
     with pytest.raises(OSError):
         write_atomically(path, fail_halfway)
     assert open(path, "rb").read() == b"old"
+    assert not os.path.exists(path + ".tmp")  # the half-written file (a checkpoint's size) is not left behind
+
+    def interrupted_halfway(f):
+        f.write(b"ne")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(path, interrupted_halfway)
+    assert open(path, "rb").read() == b"old" and not os.path.exists(path + ".tmp")
     write_atomically(path, lambda f: f.write(b"new"))  # a stale .tmp does not get in the way
     assert open(path, "rb").read() == b"new"
 
@@ -337,7 +346,13 @@ def test_check_checkpoint_names_another_script_and_a_non_dict():
 def test_load_torch_one_line_errors(tmp_path):
     load = lambda path: load_torch(str(path), "s", TORCH_KEYS)  # noqa: E731
     one_line_exit(lambda: load(tmp_path / "missing.pt"), "does not exist")
-    one_line_exit(lambda: load(tmp_path), "does not exist")  # a folder is no checkpoint file
+    # a run folder exists: it is named as a folder (was: "does not exist"), with the checkpoint to give instead
+    one_line_exit(
+        lambda: load(tmp_path), f"--resume {str(tmp_path)!r} is a folder, not a checkpoint file (no checkpoint in it)"
+    )
+    torch.save(valid_checkpoint(), tmp_path / "checkpoint.pt")
+    one_line_exit(lambda: load(tmp_path), "is a folder, not a checkpoint file; resume from", "checkpoint.pt")
+    os.remove(tmp_path / "checkpoint.pt")
     (tmp_path / "junk.pt").write_bytes(os.urandom(1000))
     one_line_exit(lambda: load(tmp_path / "junk.pt"), "is not a readable checkpoint")
     (tmp_path / "empty.pt").write_bytes(b"")
@@ -354,6 +369,29 @@ def test_load_torch_one_line_errors(tmp_path):
     one_line_exit(lambda: load(tmp_path / "typed.pt"), "has a str as 'iteration'")
     torch.save(valid_checkpoint(), tmp_path / "ok.pt")
     assert load(tmp_path / "ok.pt")["iteration"] == 2
+
+
+KILLED_SAVE = """
+import os, signal, sys
+from cleanrl_utils.checkpoint import write_atomically
+
+def killed_halfway(f):
+    f.write(b"x" * (1 << 20))
+    f.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # as kill -9, or a second Ctrl-C's os._exit: no cleanup code runs
+
+write_atomically(sys.argv[1], killed_halfway)
+"""
+
+
+def test_resuming_removes_the_tmp_file_a_killed_save_left_behind(tmp_path, capsys):
+    path = str(tmp_path / "checkpoint.pt")
+    torch.save(valid_checkpoint(), path)
+    killed = subprocess.run([sys.executable, "-c", KILLED_SAVE, path], cwd=REPO, timeout=60)
+    assert killed.returncode == -signal.SIGKILL and os.path.getsize(path + ".tmp") == 1 << 20
+    assert load_torch(path, "s", TORCH_KEYS)["iteration"] == 2
+    assert not os.path.exists(path + ".tmp")
+    assert "removed checkpoint.pt.tmp, left by a save that was interrupted" in capsys.readouterr().out
 
 
 def test_load_torch_refuses_pickled_code(tmp_path):

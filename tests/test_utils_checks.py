@@ -1,9 +1,11 @@
 """cleanrl_utils.checks: every check's one line, `error: ...`, naming the bad value and what is allowed."""
 
+import os
 import re
 from types import SimpleNamespace
 
 import pytest
+from helpers import assert_one_error_line, run_script
 
 from cleanrl_utils.checks import (
     MAX_SEED,
@@ -63,8 +65,12 @@ def test_seed_bounds(seed):
     "overrides,expected",
     [
         ({"total_timesteps": 0}, "error: --total-timesteps must be a positive integer, got 0"),
-        ({"learning_rate": -1e-3}, "error: --learning-rate must be positive, got -0.001"),
-        ({"learning_rate": 0.0}, "error: --learning-rate must be positive, got 0.0"),
+        ({"learning_rate": -1e-3}, "error: --learning-rate must be positive and finite, got -0.001"),
+        ({"learning_rate": 0.0}, "error: --learning-rate must be positive and finite, got 0.0"),
+        ({"learning_rate": float("nan")}, "error: --learning-rate must be positive and finite, got nan"),
+        ({"learning_rate": float("inf")}, "error: --learning-rate must be positive and finite, got inf"),
+        ({"gamma": float("nan")}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got nan and 0.95"),
+        ({"gae_lambda": float("nan")}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 0.99 and nan"),
         ({"video_every": -2}, "error: --video-every must be a positive integer, got -2"),
         ({"gamma": 0.0}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 0.0 and 0.95"),
         ({"gamma": 1.5}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 1.5 and 0.95"),
@@ -84,8 +90,13 @@ def test_check_non_negative_allows_zero_and_names_the_flag():
     check_non_negative(SimpleNamespace(noise_clip=0.0, policy_noise=0.2), "noise_clip", "policy_noise")
     one_line_exit(
         lambda: check_non_negative(SimpleNamespace(policy_noise=-0.1), "policy_noise"),
-        "error: --policy-noise must be >= 0 (0 = off), got -0.1",
+        "error: --policy-noise must be >= 0 and finite (0 = off), got -0.1",
     )
+    for bad in ("nan", "inf"):  # NaN passes `value < 0`; an infinite noise scale is no noise scale
+        one_line_exit(
+            lambda: check_non_negative(SimpleNamespace(noise_clip=float(bad)), "noise_clip"),
+            f"error: --noise-clip must be >= 0 and finite (0 = off), got {bad}",
+        )
 
 
 def test_check_positive_skips_none_and_names_the_flag():
@@ -96,8 +107,14 @@ def test_check_positive_skips_none_and_names_the_flag():
         "error: --max-episode-steps must be a positive integer, got 0",
     )
     one_line_exit(
-        lambda: check_positive(SimpleNamespace(target_kl=-0.5), "target_kl"), "error: --target-kl must be positive, got -0.5"
+        lambda: check_positive(SimpleNamespace(target_kl=-0.5), "target_kl"),
+        "error: --target-kl must be positive and finite, got -0.5",
     )
+    for bad in ("nan", "inf", "-inf"):  # NaN passes `value <= 0`: --max-kl nan trained nothing and exited 0
+        one_line_exit(
+            lambda: check_positive(SimpleNamespace(max_kl=float(bad)), "max_kl"),
+            f"error: --max-kl must be positive and finite, got {bad}",
+        )
 
 
 @pytest.mark.parametrize(
@@ -303,3 +320,21 @@ def test_check_epsilon_schedule():
         lambda: check_epsilon_schedule(args(exploration_fraction=0.0)),
         "error: --exploration-fraction must be in (0, 1], got 0.0",
     )
+
+
+@pytest.mark.parametrize(
+    "script,flag_name,value",
+    [
+        ("ppo", "--learning-rate", "nan"),  # was: Adam's ValueError, and an empty run folder left behind
+        ("trpo_continuous_action_envpool", "--max-kl", "nan"),  # was: trained nothing and exited 0
+        ("trpo_continuous_action_envpool", "--damping", "nan"),
+        ("sac_continuous_action_envpool", "--q-lr", "inf"),
+        ("ppo_atari_envpool_distributed", "--dist-timeout", "nan"),  # was: a traceback
+        ("ppo_atari_envpool_distributed", "--dist-timeout", "inf"),
+    ],
+)
+def test_a_nan_or_infinite_flag_of_a_real_script_gives_one_line_and_no_run_folder(tmp_path, script, flag_name, value):
+    log_dir = tmp_path / "runs"
+    result = run_script(script, flag_name, value, "--log-dir", str(log_dir), env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    assert_one_error_line(result, [f"{flag_name} must be positive and finite, got {value}"], ignore_warnings=True)
+    assert not log_dir.exists() or not os.listdir(log_dir)

@@ -112,3 +112,29 @@ def test_torch_threads(monkeypatch, capsys, flags, omp, expected):
         torch.set_num_threads(before)
     assert seen == [expected]
     assert "mean return over 1 episodes: 1.00" in capsys.readouterr().out
+
+
+def test_many_episodes_play_in_rounds_on_a_bounded_number_of_envs(tmp_path, monkeypatch):
+    """--episodes 100000 made one env per episode and ran out of memory (issue 25, defect 10)."""
+    import cleanrl.ppo as ppo
+
+    torch.manual_seed(0)
+    model_path = str(tmp_path / "ppo.cleanrl_model")
+    agent = ppo.Agent(4, 2)
+    torch.save(
+        {"script": "ppo", "args": {"env_id": "CartPole-v1", "max_episode_steps": 0}, "model_state_dict": agent.state_dict()},
+        model_path,
+    )
+    env_counts = []
+
+    def counting_make_env(env_id, num_envs, *args):
+        env_counts.append(num_envs)
+        return make_env(env_id, num_envs, *args)
+
+    make_env = ppo.make_env
+    monkeypatch.setattr(ppo, "make_env", counting_make_env)
+    episodes = 3 * evaluate_module.MAX_EVAL_ENVS + 5
+    returns = evaluate_module.evaluate(model_path, episodes=episodes, seed=1, cuda=False)
+    assert env_counts == [evaluate_module.MAX_EVAL_ENVS]
+    assert len(returns) == episodes and all(r >= 1 for r in returns)  # CartPole pays 1 per step: every episode ran
+    assert len(set(returns)) > 10  # the later rounds play new episodes, not the first round's again

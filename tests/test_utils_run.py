@@ -268,3 +268,56 @@ def test_torch_all_finite():
     with torch.no_grad():
         model.bias[1] = float("inf")
     assert not torch_all_finite(model)
+
+
+# ---- the run name and the resume folder: one line naming the flag at fault (issue 25, wording and traceback 2) ----
+
+
+@pytest.mark.parametrize(
+    "exp_name,fragment",
+    [
+        ("", "error: --exp-name '' is empty"),
+        ("  ", "error: --exp-name '  ' is empty"),
+        ("a/b", "error: --exp-name 'a/b' holds a '/'"),
+        ("x" * 300, "error: --exp-name is 300 bytes long; a folder name allows at most 200"),
+    ],
+)
+def test_a_bad_exp_name_is_blamed_not_the_log_dir(tmp_path, exp_name, fragment):
+    # was: "" accepted (folder CartPole-v1____1__...), the others blamed --log-dir
+    args = run_args(tmp_path / "runs")
+    args.exp_name = exp_name
+    one_line_exit(lambda: run_folder(args), fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("run_dir", ["/proc/self", "/sys/kernel"])
+def test_resuming_in_a_folder_that_cannot_be_written_gives_one_line(run_dir):
+    checkpoint = os.path.join(run_dir, "checkpoint.pt")
+    one_line_exit(
+        lambda: run_folder(run_args("runs"), checkpoint),
+        f"error: --resume {checkpoint!r} is in a folder this run cannot write to (",
+        "copy the run folder somewhere writable",
+    )
+
+
+def test_a_real_resume_into_a_read_only_run_folder_gives_one_line(tmp_path):
+    """The tests run as root, who writes through a folder's permission bits: root gets an immutable folder
+    (chattr +i, EPERM for everyone), anyone else a chmod 555 one."""
+    from helpers import assert_one_error_line, run_script
+
+    first = run_script("ppo", "--total-timesteps", "512", "--log-dir", str(tmp_path), env={"OMP_NUM_THREADS": "1"})
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run_dir,) = [os.path.join(tmp_path, name) for name in os.listdir(tmp_path)]
+    before = sorted(os.listdir(run_dir))
+    lock, unlock = (["chattr", "+i", run_dir], ["chattr", "-i", run_dir]) if os.getuid() == 0 else (None, None)
+    if lock:
+        subprocess.run(lock, check=True)
+    else:
+        os.chmod(run_dir, 0o555)
+    checkpoint = os.path.join(run_dir, "checkpoint.pt")
+    try:
+        result = run_script("ppo", "--resume", checkpoint, "--total-timesteps", "1024", env={"OMP_NUM_THREADS": "1"})
+    finally:
+        subprocess.run(unlock, check=True) if unlock else os.chmod(run_dir, 0o755)
+    assert_one_error_line(result, [f"--resume {checkpoint!r} is in a folder this run cannot write to (PermissionError"])
+    assert sorted(os.listdir(run_dir)) == before  # was: a PermissionError traceback

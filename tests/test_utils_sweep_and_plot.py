@@ -7,8 +7,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -245,8 +247,13 @@ PRINT_ENV = f'{sys.executable} -c \'import os; print("OMP_NUM_THREADS=" + os.env
 def test_each_run_gets_its_share_of_the_cores(tmp_path):
     cores = len(os.sched_getaffinity(0))
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    result = benchmark_cli(
-        *["--command", PRINT_ENV, "--env-ids", "A-v0", "--seeds", "1", "2", "--workers", "2", "--log-dir", str(tmp_path)],
+    result = subprocess.run(  # not benchmark_cli, which adds this process's environment back (OMP_NUM_THREADS included)
+        [sys.executable, "-m", "cleanrl_utils.benchmark", "--command", PRINT_ENV, "--env-ids", "A-v0", "--seeds", "1", "2"]
+        + ["--workers", "2", "--log-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
         env=env,
     )
     assert result.returncode == 0, result.stderr
@@ -254,14 +261,15 @@ def test_each_run_gets_its_share_of_the_cores(tmp_path):
     assert result.stdout.count("each run gets OMP_NUM_THREADS") == 1  # said once
     assert f"each run gets OMP_NUM_THREADS={share} ({cores} cores / 2 concurrent runs)" in result.stdout
     logs = sorted(glob.glob(str(tmp_path / "*.log")))
-    assert len(logs) == 2 and all(open(log).read().strip() == f"OMP_NUM_THREADS={share}" for log in logs)
+    last_line = lambda log: open(log).read().strip().splitlines()[-1]  # noqa: E731 (past the sweep's header line)
+    assert len(logs) == 2 and all(last_line(log) == f"OMP_NUM_THREADS={share}" for log in logs)
     # the user's own setting is kept
     result = benchmark_cli(
         *["--command", PRINT_ENV, "--env-ids", "A-v0", "--seeds", "1", "--workers", "2", "--log-dir", str(tmp_path)],
         env={**env, "OMP_NUM_THREADS": "5"},
     )
     assert "each run gets OMP_NUM_THREADS=5 (as set in your environment)" in result.stdout
-    assert open(logs[0]).read().strip() == "OMP_NUM_THREADS=5"
+    assert last_line(logs[0]) == "OMP_NUM_THREADS=5"
 
 
 # ---- plot: seeds from the runs' own hyperparameters, finished runs only (issue 16, defects 6 and 16) ----
@@ -463,3 +471,144 @@ def test_an_off_policy_run_is_finished_at_num_iterations_x_num_envs(tmp_path):
     writer.close()
     (run,) = load_runs(str(tmp_path), "charts/episodic_return")
     assert (run.expected_steps, run.last_step, run.finished) == (1000, 1000, True)
+
+
+# ---- plot: a run is finished by its own end record, not by its last scalar's step (issue 25, defect 1) ----
+
+
+def write_every_1000_steps_run(log_dir, seed: int, total: int, end_step: int | None):
+    """A SAC-style run of `total` steps (one env) that logs its scalars every 1,000 steps, so its last
+    scalar is short of `total`; `end_step` is what the run records at its end (None: an older run, without it)."""
+    from cleanrl_utils.run import record_end_step
+
+    args = SimpleNamespace(env_id="Pendulum-v1", exp_name="sac", seed=seed, track=False, total_timesteps=total)
+    args.num_envs, args.batch_size, args.num_iterations = 1, 256, total
+    writer = make_writer(args, "run", str(log_dir / f"Pendulum-v1__sac__{seed}__1700000000"))
+    for step in range(1000, (end_step or total) + 1, 1000):
+        writer.add_scalar("charts/episodic_return", -1000.0 + step / 10, step)
+    if end_step is not None:
+        record_end_step(writer, end_step)
+    writer.close()
+
+
+def test_a_run_that_logs_every_1000_steps_is_finished_by_its_own_end_record(tmp_path):
+    write_every_1000_steps_run(tmp_path, 1, 9500, end_step=9500)  # finished: was left out (last scalar at 9,000)
+    write_every_1000_steps_run(tmp_path, 2, 9500, end_step=4000)  # stopped by Ctrl-C at 4,000: unfinished
+    write_every_1000_steps_run(tmp_path, 3, 9500, end_step=None)  # an older run: judged by its last scalar, as before
+    runs = {run.seed: run for run in load_runs(str(tmp_path), "charts/episodic_return")}
+    assert {seed: (run.last_step, run.finished) for seed, run in runs.items()} == {
+        1: (9500, True),
+        2: (4000, False),
+        3: (9000, False),
+    }
+
+
+def test_a_real_dqn_run_short_of_a_logging_step_plots_as_finished(tmp_path):
+    """dqn.py logs every 1,000 steps: a 1,500-step run logs its last scalar at 1,000."""
+    from helpers import run_script
+
+    result = run_script(
+        "dqn",
+        *["--total-timesteps", "1500", "--learning-starts", "200", "--buffer-size", "1000", "--log-dir", str(tmp_path)],
+        env={"OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    (run,) = load_runs(str(tmp_path), "charts/episodic_return")
+    assert (run.expected_steps, run.last_step, run.finished) == (1500, 1500, True)
+
+
+# ---- benchmark: signals passed on to the trainings, logs kept across sweeps (issue 25, defects 11, 12, traceback 4) ----
+
+# A stand-in training: says it started, then on its first Ctrl-C or SIGTERM says so and exits 0 after a
+# short "checkpoint" (as a script's StopAfterIteration does); unsignalled, it would run for a minute.
+FAKE_TRAINING = """
+import os, signal, sys, time
+seed = sys.argv[sys.argv.index("--seed") + 1]
+def stop(signum, frame):
+    print(f"got {signal.Signals(signum).name}", flush=True)
+    time.sleep(0.5)
+    sys.exit(0)
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+print(f"started seed {seed} pid {os.getpid()}", flush=True)
+time.sleep(60)
+"""
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_runner_is_passed_on_waited_for_and_summarised(tmp_path, signum):
+    script = tmp_path / "train.py"
+    script.write_text(FAKE_TRAINING)
+    logs = tmp_path / "logs"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "cleanrl_utils.benchmark", "--command", f"{sys.executable} {script}"]
+        + ["--env-ids", "A-v0", "--seeds", "1", "2", "3", "--workers", "2", "--log-dir", str(logs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    log_paths = [logs / f"train__A-v0__{seed}.log" for seed in (1, 2)]
+    wait_for(lambda: all(path.exists() and "started seed" in path.read_text() for path in log_paths))
+    pids = [int(re.search(r"pid (\d+)", path.read_text()).group(1)) for path in log_paths]
+    runner.send_signal(signum)  # was: SIGTERM killed the runner and orphaned both trainings; Ctrl-C, a traceback
+    stdout, stderr = runner.communicate(timeout=60)
+    assert runner.returncode == 128 + signum, stdout + stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert not any(alive(pid) for pid in pids)
+    for path in log_paths:  # each training got the signal exactly once: a second would abort it without saving
+        assert path.read_text().count(f"got {signum.name}") == 1
+    assert not (logs / "train__A-v0__3.log").exists()  # nothing starts after the signal
+    assert f"sweep stopped by {signum.name}: 0 of 3 runs finished, 2 stopped, 0 failed, 1 not started" in stdout
+    assert "not started A-v0 seed 3" in stdout
+
+
+def test_a_second_sweep_keeps_the_first_sweeps_logs(tmp_path):
+    script = tmp_path / "say.py"
+    script.write_text("import os, sys\nprint('sweep', os.environ['SWEEP_NUMBER'], 'seed', sys.argv[-1])\n")
+    for number in ("one", "two"):
+        result = benchmark_cli(
+            *["--command", f"{sys.executable} {script}", "--env-ids", "A-v0", "--seeds", "1", "--log-dir", str(tmp_path)],
+            env={"SWEEP_NUMBER": number},
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    log = (tmp_path / "say__A-v0__1.log").read_text()  # was: the second sweep's "w" emptied the first's log
+    assert log.index("sweep one seed 1") < log.index("sweep two seed 1")
+    assert log.count("==== ") == 2 and f"{script} --env-id A-v0 --seed 1" in log
+
+
+@pytest.mark.parametrize("where", ["a regular file", "under a regular file", "/proc"])
+def test_plot_into_an_unwritable_output_dir_gives_one_line(tmp_path, where):
+    from helpers import assert_one_error_line
+
+    write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, [1.0, 2.0, 3.0], [100, 200, 300], 1000)
+    (tmp_path / "a_file").write_text("")
+    output_dir = {
+        "a regular file": str(tmp_path / "a_file"),
+        "under a regular file": str(tmp_path / "a_file" / "plots"),
+        "/proc": "/proc/cleanrl-test/plots",
+    }[where]
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(tmp_path / "runs"), "--output-dir", output_dir],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert_one_error_line(result, [f"--output-dir {output_dir!r} is not a writable folder ("])  # was: a traceback
