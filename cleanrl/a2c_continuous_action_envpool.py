@@ -21,6 +21,7 @@ from torch.distributions.normal import Normal
 
 from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
 from cleanrl_utils.video import VideoJobs
 
@@ -115,8 +116,8 @@ def validate_args(args: Args) -> None:
 def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None):
     """EnvPool MuJoCo (gymnasium API). No wrappers exist in EnvPool: normalisation is done by the
     caller (RunningMeanStd below). `info["elapsed_step"]` counts the steps of the current episode."""
-    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)
+    # The limit is exact: a termination on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed)
 
 
 class RunningMeanStd:

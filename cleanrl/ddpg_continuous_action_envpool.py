@@ -35,6 +35,7 @@ from cleanrl_utils.checks import (
     check_replay_args,
     check_run_args,
 )
+from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.run import (
     ProgressLine,
     checkpoint_due,
@@ -144,8 +145,8 @@ def validate_args(args: Args) -> None:
 def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None):
     """EnvPool MuJoCo (or classic-control Pendulum), gymnasium API, no wrappers. `info["elapsed_step"]` counts the
     steps of the current episode."""
-    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)
+    # The limit is exact: a termination on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed)
 
 
 class ReplayBuffer:

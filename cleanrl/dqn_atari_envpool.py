@@ -12,7 +12,6 @@ import os
 import random
 from dataclasses import dataclass
 
-import envpool
 import numpy as np
 import torch
 import torch.nn as nn
@@ -36,6 +35,7 @@ from cleanrl_utils.checks import (
     check_replay_args,
     check_run_args,
 )
+from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.run import (
     ProgressLine,
     checkpoint_due,
@@ -148,14 +148,15 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_
     frame-skip 4, up to 30 no-ops, fire on reset), life loss as termination and clipped rewards.
     `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
-    return envpool.make(
+    # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(
         env_id,
+        max_episode_steps,
         env_type="gymnasium",
         num_envs=num_envs,
         seed=seed,
         episodic_life=True,
         reward_clip=True,
-        max_episode_steps=max_episode_steps,
         render_mode=render_mode,
     )
 

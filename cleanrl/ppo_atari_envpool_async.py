@@ -199,6 +199,8 @@ def make_env(
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames.
     `batch_size` < num_envs makes the pool asynchronous (async_reset, recv, send); None: synchronous, for
     evaluation."""
+    # Not exact at the limit step: EnvPool reports a game over on it as truncated. The sync scripts' fix
+    # (cleanrl_utils.envpool_time_limit) wraps step() only; this pool's recv() returns whichever envs finished first.
     return envpool.make(
         env_id,
         env_type="gymnasium",

@@ -22,7 +22,6 @@ import sys
 import time
 from dataclasses import dataclass
 
-import envpool
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -47,6 +46,7 @@ from cleanrl_utils.distributed import (
     rank_seed,
     world_from_env,
 )
+from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
 from cleanrl_utils.video import VideoJobs
 
@@ -172,14 +172,15 @@ def make_env(
     `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames.
     `num_threads` 0 lets EnvPool choose (one thread per env, up to the cores)."""
-    return envpool.make(
+    # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(
         env_id,
+        max_episode_steps,
         env_type="gymnasium",
         num_envs=num_envs,
         seed=seed,
         episodic_life=True,
         reward_clip=True,
-        max_episode_steps=max_episode_steps,
         render_mode=render_mode,
         num_threads=num_threads,
     )

@@ -135,6 +135,9 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_
     no-ops, fire on reset), life loss as termination and clipped rewards. `info["reward"]` keeps the unclipped
     reward, `info["terminated"]` marks game over. `render_mode="rgb_array"` (evaluation videos only) makes
     `render()` return full RGB frames."""
+    # Not exact at the limit step: EnvPool reports a game over on it as truncated, and the fix the torch scripts
+    # use (cleanrl_utils.envpool_time_limit: a limit one step longer, truncation and reset in Python) cannot work
+    # here, because EnvPool's XLA step runs inside jax.jit and its XLA interface has no reset.
     return envpool.make(
         env_id,
         env_type="gymnasium",

@@ -135,6 +135,9 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | Non
     """EnvPool MuJoCo (gymnasium API). No wrappers exist in EnvPool: normalisation is done by the
     caller (RunningMeanStd below). `info["elapsed_step"]` counts the steps of the current episode."""
     kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    # Not exact at the limit step: EnvPool reports a termination on it as truncated, and the fix the torch scripts
+    # use (cleanrl_utils.envpool_time_limit: a limit one step longer, truncation and reset in Python) cannot work
+    # here, because EnvPool's XLA step runs inside jax.jit and its XLA interface has no reset.
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)
 
 
