@@ -183,7 +183,8 @@ class ReplayBuffer:
         return obs, actions, rewards.squeeze(1), next_obs, dones.squeeze(1)
 
     def state_dict(self) -> dict:
-        return dict(rows=self.rows[: self.size].cpu(), pos=self.pos, env_steps=self.env_steps)
+        """The filled rows only, copied out: a view of them would pickle the whole capacity."""
+        return dict(rows=self.rows[: self.size].to("cpu", copy=True), pos=self.pos, env_steps=self.env_steps)
 
     def load_state_dict(self, state: dict) -> None:
         """An empty dict (a checkpoint saved with --no-checkpoint-buffer) leaves the buffer empty. ValueError if a
