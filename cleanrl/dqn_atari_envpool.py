@@ -109,7 +109,7 @@ class Args:
     end_e: float = 0.01
     """the ending epsilon for exploration"""
     exploration_fraction: float = 0.10
-    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    """the fraction of `total-timesteps` it takes from start-e to go end-e: of the run's first --total-timesteps, in env steps, kept when --resume extends or shortens the run (epsilon that reached --end-e stays there)"""
     learning_starts: int = 80_000
     """timestep to start learning"""
     train_frequency: int = 4
@@ -131,16 +131,22 @@ class Args:
 
     # to be filled in runtime (not flags)
     num_iterations: tyro.conf.Suppress[int] = 0
+    exploration_steps: tyro.conf.Suppress[float] = 0.0  # --exploration-fraction x the first --total-timesteps
 
 
-def validate_args(args: Args) -> None:
-    """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
+def validate_args(args: Args, checkpoint: dict | None = None) -> None:
+    """Exit with one clear line (no traceback) on impossible settings, before anything is written. `checkpoint`: the
+    run is resumed from it."""
     check_run_args(args)
-    check_replay_args(args, min_per_env=16)
+    check_replay_args(args, min_per_env=16, resumed=checkpoint is not None)
     check_epsilon_schedule(args)
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
-    check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size")
+    # A resumed run's buffer is in memory already, in the loaded checkpoint, and the new buffer takes its arrays over
+    # (ReplayBuffer.load_state_dict): it needs only the rest.
+    saved = checkpoint["replay_buffer"] if checkpoint else {}
+    held = sum(value.nbytes for value in saved.values() if isinstance(value, torch.Tensor))
+    check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size", held=held)
 
 
 def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000, render_mode: str | None = None):
@@ -342,8 +348,11 @@ if __name__ == "__main__":
     checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
-    validate_args(args)
+    validate_args(args, checkpoint)
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
+    if not args.exploration_steps:  # a fresh run, or a checkpoint older than the field: its run's total at the time
+        first_total = checkpoint["args"]["total_timesteps"] if checkpoint else args.total_timesteps
+        args.exploration_steps = args.exploration_fraction * first_total
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
@@ -405,7 +414,7 @@ if __name__ == "__main__":
     for iteration in range(start_iteration, args.num_iterations + 1):
         # ALGO LOGIC: epsilon-greedy, a coin flip per env from numpy's global RNG (saved in checkpoints). Both draws
         # are made every step, so the RNG stream does not depend on the flips; the network runs only if needed.
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_steps, global_step)
         explore = np.random.random(args.num_envs) < epsilon
         actions = np.random.randint(num_actions, size=args.num_envs)
         if not explore.all():

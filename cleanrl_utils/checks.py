@@ -72,10 +72,10 @@ def check_rollout_shape(num_envs: int, num_steps: int, num_minibatches: int, upd
         sys.exit(f"error: --total-timesteps {total_timesteps} is smaller than one rollout ({batch_size} steps)")
 
 
-def check_replay_args(args, min_per_env: int = 1) -> None:
+def check_replay_args(args, min_per_env: int = 1, resumed: bool = False) -> None:
     """The flags of every replay-buffer script: positive sizes, at least `min_per_env` transitions per env,
     a batch no larger than the buffer, one step of every env in --total-timesteps, --learning-starts before
-    the end (else the run never trains), --tau in (0, 1]."""
+    the end (else the run never trains; a `resumed` run may end anywhere, it may have trained already), --tau in (0, 1]."""
     check_positive(args, "num_envs", "buffer_size", "batch_size")
     if args.batch_size > args.buffer_size:
         sys.exit(f"error: --batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
@@ -86,7 +86,7 @@ def check_replay_args(args, min_per_env: int = 1) -> None:
         )
     if args.total_timesteps < args.num_envs:
         sys.exit(f"error: --total-timesteps {args.total_timesteps} is less than one step of --num-envs {args.num_envs} envs")
-    if not 0 <= args.learning_starts < args.total_timesteps:
+    if args.learning_starts < 0 or (args.learning_starts >= args.total_timesteps and not resumed):
         sys.exit(
             f"error: --learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps}) "
             "(else the run never trains)"
@@ -118,12 +118,14 @@ def available_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_memory(bytes_needed: int, what: str, flags: str) -> None:
-    """Refuse up front, with one line, a buffer larger than the memory this machine has free."""
+def check_memory(bytes_needed: int, what: str, flags: str, held: int = 0) -> None:
+    """Refuse up front, with one line, a buffer larger than the memory this machine has free. `held`: bytes of it
+    this process holds already (a resumed run's loaded buffer, which the new one takes over), not counted again."""
     available = available_memory_bytes()
-    if bytes_needed > available:
+    if bytes_needed - held > available:
+        loaded = f" ({held / 2**30:,.1f} GiB of it loaded already)" if held else ""
         sys.exit(
-            f"error: {what} needs {bytes_needed / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB "
+            f"error: {what} needs {bytes_needed / 2**30:,.1f} GiB{loaded}, more than the {available / 2**30:,.1f} GiB "
             f"of memory available; lower {flags}"
         )
 

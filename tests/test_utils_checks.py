@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from cleanrl_utils import checks
 from cleanrl_utils.checks import (
     MAX_SEED,
     available_memory_bytes,
@@ -125,6 +126,24 @@ def test_rollout_shape_errors(shape, expected):
 def test_valid_rollout_shapes_pass():
     check_rollout_shape(8, 128, 4, 4, 1024)
     check_rollout_shape(1, 8, 4, 1, 64)  # two rows per minibatch: enough
+
+
+def test_check_memory_counts_a_loaded_buffer_once(monkeypatch):
+    """#9: a resumed run holds its buffer already (the loaded checkpoint's arrays, which the new buffer takes over).
+    With 7 GiB needed, 6 of them loaded and 3 GiB free, the run fits; counting the loaded 6 again it would not."""
+    gib = 2**30
+    monkeypatch.setattr(checks, "available_memory_bytes", lambda: 3 * gib)
+    check_memory(7 * gib, "the replay buffer", "--buffer-size", held=6 * gib)
+    check_memory(3 * gib, "the replay buffer", "--buffer-size")
+    one_line_exit(
+        lambda: check_memory(7 * gib, "the replay buffer", "--buffer-size", held=3 * gib),
+        "error: the replay buffer needs 7.0 GiB (3.0 GiB of it loaded already), more than the 3.0 GiB of memory "
+        "available; lower --buffer-size",
+    )
+    one_line_exit(
+        lambda: check_memory(7 * gib, "the replay buffer", "--buffer-size"),
+        "error: the replay buffer needs 7.0 GiB, more than the 3.0 GiB of memory available; lower --buffer-size",
+    )
 
 
 def test_check_memory():
@@ -283,6 +302,21 @@ def test_check_replay_args():
             )
         else:
             one_line_exit(lambda: check_replay_args(replay_args(**changes)), expected)
+
+
+def test_a_resumed_run_may_end_at_or_before_learning_starts():
+    """A fresh run that would never train is refused; a resumed one may be shortened to any length (it may have
+    trained already, and one that has not asked to stop)."""
+    check_replay_args(replay_args(total_timesteps=400), resumed=True)
+    check_replay_args(replay_args(total_timesteps=500), resumed=True)
+    one_line_exit(
+        lambda: check_replay_args(replay_args(total_timesteps=500)),
+        "error: --learning-starts 500 must be in [0, --total-timesteps 500) (else the run never trains)",
+    )
+    one_line_exit(
+        lambda: check_replay_args(replay_args(learning_starts=-1), resumed=True),
+        "error: --learning-starts -1 must be in [0, --total-timesteps 10000) (else the run never trains)",
+    )
 
 
 def test_check_epsilon_schedule():
