@@ -167,6 +167,10 @@ def validate_args(args: Args) -> None:
     check_positive(args, "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
     check_async_shape(args.num_envs, args.num_steps, args.async_batch_size)
+    if args.num_steps < 2:  # an env's last row in a rollout has no result yet (compute_gae_async): it is not learned from
+        sys.exit(
+            f"error: --num-steps must be >= 2 here (with 1, almost no row has a result to learn from), got {args.num_steps}"
+        )
     if args.num_threads < 0:
         sys.exit(f"error: --num-threads must be >= 0 (0 = EnvPool's choice), got {args.num_threads}")
     obs_bytes = 4 * 84 * 84 * (1 if args.uint8_obs else 4)
