@@ -46,6 +46,7 @@ from cleanrl_utils.run import (
     torch_all_finite,
     torch_threads,
 )
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.vector_env_state import SavedVectorEnv
 from cleanrl_utils.video import VideoJobs
 
@@ -277,6 +278,7 @@ if __name__ == "__main__":
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
     validate_args(args, checkpoint)
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
+    say_steps_run(args.total_timesteps, args.num_envs, "one step of each of --num-envs envs")
     if not args.exploration_steps:  # a fresh run, or a checkpoint older than the field: its run's total at the time
         first_total = checkpoint["args"]["total_timesteps"] if checkpoint else args.total_timesteps
         args.exploration_steps = args.exploration_fraction * first_total

@@ -25,6 +25,7 @@ from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, res
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
 from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "npg_continuous_action_envpool"
@@ -353,6 +354,7 @@ if __name__ == "__main__":
     validate_args(args)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "--num-envs x --num-steps")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 

@@ -48,6 +48,7 @@ from cleanrl_utils.distributed import (
 )
 from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, run_folder, torch_threads
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_atari_envpool_distributed"
@@ -367,6 +368,7 @@ if __name__ == "__main__":
     args.local_batch_size = int(args.local_num_envs * args.num_steps)
     args.minibatch_size = int(args.local_batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "processes x --local-num-envs x --num-steps")
     device = init_distributed(args.dist_timeout, args.cuda)
     exit_on_lost_peer(rank, world_size, args.dist_timeout)
     # Process 0 makes (or, resumed, names: a resumed run continues in its checkpoint's folder) the run folder; the

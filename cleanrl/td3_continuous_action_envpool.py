@@ -45,6 +45,7 @@ from cleanrl_utils.run import (
     torch_all_finite,
     torch_threads,
 )
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "td3_continuous_action_envpool"
@@ -295,6 +296,7 @@ if __name__ == "__main__":
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer", "compile"))
     validate_args(args)
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
+    say_steps_run(args.total_timesteps, args.num_envs, "one step of each of --num-envs envs")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 

@@ -411,3 +411,17 @@ def test_extending_a_run_keeps_its_epsilon_schedule_and_a_resume_may_end_before_
     assert epsilon[0][1] == pytest.approx(1.0 - 0.95 * 999 / 2000) and epsilon[1][1] == pytest.approx(1.0 - 0.95 * 1999 / 2000)
     assert epsilon[2][1] == epsilon[3][1] == pytest.approx(0.05)
     assert torch.load(path, weights_only=True)["args"]["exploration_steps"] == 2000
+
+
+def test_a_total_that_is_not_whole_iterations_is_said_in_the_first_lines(tmp_path):
+    """#8: 1,001 steps asked of 2 envs: the run takes 1,000 and says so before anything else; 1,000 asked, no line."""
+    flags = ["--num-envs", "2", "--learning-starts", "100", "--log-dir", str(tmp_path)]
+    result = run_script(SCRIPT, *flags, "--total-timesteps", "1001")
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = "--total-timesteps 1,001 is not a whole number of iterations (one step of each of --num-envs envs: 2 steps each): "
+    assert result.stdout.splitlines()[0] == line + "this run takes 1,000 steps"
+    path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    assert torch.load(path, weights_only=True)["global_step"] == 1000
+    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1000")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "whole number" not in result.stdout
