@@ -450,7 +450,9 @@ if __name__ == "__main__":
         if logging or saving:  # a diverged run must never be saved
             nets = nn.ModuleList([actor, critic, entropy])
             finite = torch_all_finite(nets, None if stats is None else stats["qf1_loss"] + stats["qf2_loss"])
-            exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+            exit_if_diverged(
+                finite, iteration, global_step, checkpoint_path, writer, progress, args.resume, "--q-lr or --policy-lr"
+            )
         if saving:
             save_torch(checkpoint_path, training_state(iteration), progress)
         if args.capture_video and (iteration % args.video_every == 0 or last):
