@@ -47,6 +47,7 @@ from cleanrl_utils.run import (
     run_folder,
     torch_all_finite,
 )
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.vector_env_state import SavedVectorEnv
 from cleanrl_utils.video import VideoJobs
 
@@ -88,7 +89,7 @@ class Args:
     env_id: str = "CartPole-v1"
     """the id of the environment (a Gymnasium env with discrete actions and vector observations, e.g. CartPole-v1, Acrobot-v1, MountainCar-v0)"""
     total_timesteps: int = 500_000
-    """total timesteps of the experiments (agent steps, counting every env); changed on --resume, it re-plans the epsilon schedule as if the run had been that long from the start"""
+    """total timesteps of the experiments (agent steps, counting every env); changed on --resume, it extends or shortens the run and leaves the epsilon schedule as it was (see --exploration-fraction)"""
     learning_rate: float = 2.5e-4
     """the learning rate of the optimizer"""
     num_envs: int = 1
@@ -108,7 +109,7 @@ class Args:
     end_e: float = 0.05
     """the ending epsilon for exploration"""
     exploration_fraction: float = 0.5
-    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    """the fraction of `total-timesteps` it takes from start-e to go end-e: of the run's first --total-timesteps, in env steps, kept when --resume extends or shortens the run (epsilon that reached --end-e stays there)"""
     learning_starts: int = 10_000
     """timestep to start learning"""
     train_frequency: int = 10
@@ -122,19 +123,25 @@ class Args:
 
     # to be filled in runtime (not flags)
     num_iterations: tyro.conf.Suppress[int] = 0
+    exploration_steps: tyro.conf.Suppress[float] = 0.0  # --exploration-fraction x the first --total-timesteps
 
 
-def validate_args(args: Args) -> None:
-    """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
+def validate_args(args: Args, checkpoint: dict | None = None) -> None:
+    """Exit with one clear line (no traceback) on impossible settings, before anything is written. `checkpoint`: the
+    run is resumed from it."""
     check_run_args(args)
-    check_replay_args(args)
+    check_replay_args(args, resumed=checkpoint is not None)
     check_epsilon_schedule(args)
     check_positive(args, "train_frequency", "target_network_frequency")
     if args.max_episode_steps < 0:
         sys.exit(f"error: --max-episode-steps must be >= 0 (0 = the env's own limit), got {args.max_episode_steps}")
     if args.vector_mode not in ("sync", "async"):
         sys.exit(f"error: --vector-mode must be sync or async, got {args.vector_mode!r}")
-    observation_space, action_space = check_gymnasium_env(args.env_id, "CartPole-v1, Acrobot-v1, MountainCar-v0")
+    observation_space, action_space = check_gymnasium_env(
+        args.env_id,
+        "CartPole-v1, Acrobot-v1, MountainCar-v0",
+        fits=lambda obs, action: isinstance(action, gym.spaces.Discrete),
+    )
     if not isinstance(action_space, gym.spaces.Discrete):
         sys.exit(f"error: --env-id {args.env_id!r} has {action_space} actions; this script needs discrete ones")
     if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
@@ -274,10 +281,14 @@ if __name__ == "__main__":
     checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
-    validate_args(args)
+    validate_args(args, checkpoint)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
+    say_steps_run(args.total_timesteps, args.num_envs, "one step of each of --num-envs envs")
+    if not args.exploration_steps:  # a fresh run, or a checkpoint older than the field: its run's total at the time
+        first_total = checkpoint["args"]["total_timesteps"] if checkpoint else args.total_timesteps
+        args.exploration_steps = args.exploration_fraction * first_total
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
@@ -336,7 +347,7 @@ if __name__ == "__main__":
     for iteration in range(start_iteration, args.num_iterations + 1):
         # ALGO LOGIC: epsilon-greedy, a coin flip per env from numpy's global RNG (saved in checkpoints). Both draws
         # are made every step, so the RNG stream does not depend on the flips; the network runs only if needed.
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_steps, global_step)
         explore = np.random.random(args.num_envs) < epsilon
         actions = np.random.randint(num_actions, size=args.num_envs)
         if not explore.all():

@@ -13,7 +13,6 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-import envpool
 import numpy as np
 import torch
 import torch.nn as nn
@@ -37,6 +36,7 @@ from cleanrl_utils.checks import (
     check_replay_args,
     check_run_args,
 )
+from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
@@ -47,6 +47,7 @@ from cleanrl_utils.run import (
     run_folder,
     torch_all_finite,
 )
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "dqn_atari_envpool"
@@ -111,7 +112,7 @@ class Args:
     end_e: float = 0.01
     """the ending epsilon for exploration"""
     exploration_fraction: float = 0.10
-    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    """the fraction of `total-timesteps` it takes from start-e to go end-e: of the run's first --total-timesteps, in env steps, kept when --resume extends or shortens the run (epsilon that reached --end-e stays there)"""
     learning_starts: int = 80_000
     """timestep to start learning"""
     train_frequency: int = 4
@@ -133,16 +134,22 @@ class Args:
 
     # to be filled in runtime (not flags)
     num_iterations: tyro.conf.Suppress[int] = 0
+    exploration_steps: tyro.conf.Suppress[float] = 0.0  # --exploration-fraction x the first --total-timesteps
 
 
-def validate_args(args: Args) -> None:
-    """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
+def validate_args(args: Args, checkpoint: dict | None = None) -> None:
+    """Exit with one clear line (no traceback) on impossible settings, before anything is written. `checkpoint`: the
+    run is resumed from it."""
     check_run_args(args)
-    check_replay_args(args, min_per_env=16)
+    check_replay_args(args, min_per_env=16, resumed=checkpoint is not None)
     check_epsilon_schedule(args)
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
-    check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size")
+    # A resumed run's buffer is in memory already, in the loaded checkpoint, and the new buffer takes its arrays over
+    # (ReplayBuffer.load_state_dict): it needs only the rest.
+    saved = checkpoint["replay_buffer"] if checkpoint else {}
+    held = sum(value.nbytes for value in saved.values() if isinstance(value, torch.Tensor))
+    check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size", held=held)
 
 
 def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000, render_mode: str | None = None):
@@ -150,14 +157,15 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_
     frame-skip 4, up to 30 no-ops, fire on reset), life loss as termination and clipped rewards.
     `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
-    return envpool.make(
+    # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(
         env_id,
+        max_episode_steps,
         env_type="gymnasium",
         num_envs=num_envs,
         seed=seed,
         episodic_life=True,
         reward_clip=True,
-        max_episode_steps=max_episode_steps,
         render_mode=render_mode,
     )
 
@@ -343,10 +351,14 @@ if __name__ == "__main__":
     checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
-    validate_args(args)
+    validate_args(args, checkpoint)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
+    say_steps_run(args.total_timesteps, args.num_envs, "one step of each of --num-envs envs")
+    if not args.exploration_steps:  # a fresh run, or a checkpoint older than the field: its run's total at the time
+        first_total = checkpoint["args"]["total_timesteps"] if checkpoint else args.total_timesteps
+        args.exploration_steps = args.exploration_fraction * first_total
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
@@ -405,7 +417,7 @@ if __name__ == "__main__":
     for iteration in range(start_iteration, args.num_iterations + 1):
         # ALGO LOGIC: epsilon-greedy, a coin flip per env from numpy's global RNG (saved in checkpoints). Both draws
         # are made every step, so the RNG stream does not depend on the flips; the network runs only if needed.
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_steps, global_step)
         explore = np.random.random(args.num_envs) < epsilon
         actions = np.random.randint(num_actions, size=args.num_envs)
         if not explore.all():

@@ -13,7 +13,6 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-import envpool
 import numpy as np
 import torch
 import torch.nn as nn
@@ -22,8 +21,10 @@ from torch.distributions.categorical import Categorical
 
 from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, record_end_step, run_folder
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_atari_envpool"
@@ -127,14 +128,15 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_
     frame-skip 4, up to 30 no-ops, fire on reset), life loss as termination and clipped rewards.
     `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
-    return envpool.make(
+    # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(
         env_id,
+        max_episode_steps,
         env_type="gymnasium",
         num_envs=num_envs,
         seed=seed,
         episodic_life=True,
         reward_clip=True,
-        max_episode_steps=max_episode_steps,
         render_mode=render_mode,
     )
 
@@ -283,6 +285,7 @@ if __name__ == "__main__":
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "--num-envs x --num-steps")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 

@@ -68,6 +68,7 @@ from cleanrl_utils.checkpoint import (
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, record_end_step, run_folder
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_atari_envpool_async"
@@ -169,6 +170,10 @@ def validate_args(args: Args) -> None:
     check_positive(args, "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
     check_async_shape(args.num_envs, args.num_steps, args.async_batch_size)
+    if args.num_steps < 2:  # an env's last row in a rollout has no result yet (compute_gae_async): it is not learned from
+        sys.exit(
+            f"error: --num-steps must be >= 2 here (with 1, almost no row has a result to learn from), got {args.num_steps}"
+        )
     if args.num_threads < 0:
         sys.exit(f"error: --num-threads must be >= 0 (0 = EnvPool's choice), got {args.num_threads}")
     obs_bytes = 4 * 84 * 84 * (1 if args.uint8_obs else 4)
@@ -201,6 +206,8 @@ def make_env(
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames.
     `batch_size` < num_envs makes the pool asynchronous (async_reset, recv, send); None: synchronous, for
     evaluation."""
+    # Not exact at the limit step: EnvPool reports a game over on it as truncated. The sync scripts' fix
+    # (cleanrl_utils.envpool_time_limit) wraps step() only; this pool's recv() returns whichever envs finished first.
     return envpool.make(
         env_id,
         env_type="gymnasium",
@@ -441,6 +448,7 @@ if __name__ == "__main__":
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "--num-envs x --num-steps")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 

@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-import envpool
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -48,8 +47,10 @@ from cleanrl_utils.distributed import (
     rank_seed,
     world_from_env,
 )
+from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, record_end_step, run_folder
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_atari_envpool_distributed"
@@ -174,14 +175,15 @@ def make_env(
     `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames.
     `num_threads` 0 lets EnvPool choose (one thread per env, up to the cores)."""
-    return envpool.make(
+    # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(
         env_id,
+        max_episode_steps,
         env_type="gymnasium",
         num_envs=num_envs,
         seed=seed,
         episodic_life=True,
         reward_clip=True,
-        max_episode_steps=max_episode_steps,
         render_mode=render_mode,
         num_threads=num_threads,
     )
@@ -368,6 +370,7 @@ if __name__ == "__main__":
     args.local_batch_size = int(args.local_num_envs * args.num_steps)
     args.minibatch_size = int(args.local_batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "processes x --local-num-envs x --num-steps")
     device = init_distributed(args.dist_timeout, args.cuda)
     exit_on_lost_peer(rank, world_size, args.dist_timeout)
     # Every process resolves the same levers on a uniform cluster; under torchrun OMP_NUM_THREADS (torchrun sets 1)

@@ -45,6 +45,7 @@ from cleanrl_utils.run import (
     record_end_step,
     run_folder,
 )
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_atari_envpool_xla_jax"
@@ -144,6 +145,9 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_
     no-ops, fire on reset), life loss as termination and clipped rewards. `info["reward"]` keeps the unclipped
     reward, `info["terminated"]` marks game over. `render_mode="rgb_array"` (evaluation videos only) makes
     `render()` return full RGB frames."""
+    # Not exact at the limit step: EnvPool reports a game over on it as truncated, and the fix the torch scripts
+    # use (cleanrl_utils.envpool_time_limit: a limit one step longer, truncation and reset in Python) cannot work
+    # here, because EnvPool's XLA step runs inside jax.jit and its XLA interface has no reset.
     return envpool.make(
         env_id,
         env_type="gymnasium",
@@ -415,6 +419,7 @@ if __name__ == "__main__":
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "--num-envs x --num-steps")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.msgpack")
 

@@ -29,6 +29,7 @@ from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, res
 from cleanrl_utils.checks import check_gymnasium_env, check_memory, check_positive, check_rollout_shape, check_run_args
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, record_end_step, run_folder
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_continuous_action"
@@ -341,6 +342,7 @@ if __name__ == "__main__":
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "--num-envs x --num-steps")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 

@@ -42,6 +42,7 @@ from cleanrl_utils.run import (
     record_end_step,
     run_folder,
 )
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "ppo_continuous_action_envpool_xla_jax"
@@ -143,6 +144,9 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | Non
     """EnvPool MuJoCo (gymnasium API). No wrappers exist in EnvPool: normalisation is done by the
     caller (RunningMeanStd below). `info["elapsed_step"]` counts the steps of the current episode."""
     kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    # Not exact at the limit step: EnvPool reports a termination on it as truncated, and the fix the torch scripts
+    # use (cleanrl_utils.envpool_time_limit: a limit one step longer, truncation and reset in Python) cannot work
+    # here, because EnvPool's XLA step runs inside jax.jit and its XLA interface has no reset.
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)
 
 
@@ -451,6 +455,7 @@ if __name__ == "__main__":
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "--num-envs x --num-steps")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.msgpack")
 

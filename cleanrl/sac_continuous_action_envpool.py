@@ -29,6 +29,7 @@ from cleanrl_utils.checkpoint import (
     torch_rng_states,
 )
 from cleanrl_utils.checks import check_continuous_envpool_id, check_memory, check_positive, check_replay_args, check_run_args
+from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
@@ -39,6 +40,7 @@ from cleanrl_utils.run import (
     run_folder,
     torch_all_finite,
 )
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "sac_continuous_action_envpool"
@@ -144,8 +146,8 @@ def validate_args(args: Args) -> None:
 def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None):
     """EnvPool MuJoCo (or classic-control Pendulum), gymnasium API, no wrappers. `info["elapsed_step"]` counts the
     steps of the current episode."""
-    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)
+    # The limit is exact: a termination on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed)
 
 
 class ReplayBuffer:
@@ -183,7 +185,8 @@ class ReplayBuffer:
         return obs, actions, rewards.squeeze(1), next_obs, dones.squeeze(1)
 
     def state_dict(self) -> dict:
-        return dict(rows=self.rows[: self.size].cpu(), pos=self.pos, env_steps=self.env_steps)
+        """The filled rows only, copied out: a view of them would pickle the whole capacity."""
+        return dict(rows=self.rows[: self.size].to("cpu", copy=True), pos=self.pos, env_steps=self.env_steps)
 
     def load_state_dict(self, state: dict) -> None:
         """An empty dict (a checkpoint saved with --no-checkpoint-buffer) leaves the buffer empty. ValueError if a
@@ -316,6 +319,7 @@ if __name__ == "__main__":
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
+    say_steps_run(args.total_timesteps, args.num_envs, "one step of each of --num-envs envs")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
@@ -448,7 +452,9 @@ if __name__ == "__main__":
         if logging or saving:  # a diverged run must never be saved
             nets = nn.ModuleList([actor, critic, entropy])
             finite = torch_all_finite(nets, None if stats is None else stats["qf1_loss"] + stats["qf2_loss"])
-            exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+            exit_if_diverged(
+                finite, iteration, global_step, checkpoint_path, writer, progress, args.resume, "--q-lr or --policy-lr"
+            )
         if saving:
             save_torch(checkpoint_path, training_state(iteration), progress)
         if args.capture_video and (iteration % args.video_every == 0 or last):

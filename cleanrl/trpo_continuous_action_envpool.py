@@ -24,8 +24,10 @@ from torch.distributions import Normal, kl_divergence
 
 from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, record_end_step, run_folder
+from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
 SCRIPT = "trpo_continuous_action_envpool"
@@ -132,8 +134,8 @@ def validate_args(args: Args) -> None:
 def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None):
     """EnvPool MuJoCo (gymnasium API). No wrappers exist in EnvPool: normalisation is done by the
     caller (RunningMeanStd below). `info["elapsed_step"]` counts the steps of the current episode."""
-    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, **kwargs)
+    # The limit is exact: a termination on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed)
 
 
 class RunningMeanStd:
@@ -389,6 +391,7 @@ if __name__ == "__main__":
     threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
     args.batch_size = int(args.num_envs * args.num_steps)
     args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "--num-envs x --num-steps")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 

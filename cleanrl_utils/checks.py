@@ -5,6 +5,8 @@ import difflib
 import math
 import os
 import sys
+import warnings
+from typing import Callable
 
 # EnvPool takes int32 seeds (numpy's global seed is a uint32): one range for every script, the smaller.
 MAX_SEED = 2**31 - 1
@@ -41,10 +43,10 @@ def check_run_args(args) -> None:
     if not 0 <= args.seed <= MAX_SEED:
         sys.exit(f"error: --seed must be in 0..{MAX_SEED} (EnvPool seeds are 32-bit signed integers), got {args.seed}")
     check_positive(args, "total_timesteps", "learning_rate", "video_every")
-    if not (0 < args.gamma <= 1 and 0 <= getattr(args, "gae_lambda", 0) <= 1):
-        sys.exit(
-            f"error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got {args.gamma} and {getattr(args, 'gae_lambda', 0)}"
-        )
+    if not 0 < args.gamma <= 1:
+        sys.exit(f"error: --gamma must be in (0, 1], got {args.gamma}")
+    if hasattr(args, "gae_lambda") and not 0 <= args.gae_lambda <= 1:  # only the scripts that have the flag
+        sys.exit(f"error: --gae-lambda must be in [0, 1], got {args.gae_lambda}")
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     if getattr(args, "torch_threads", 0) < 0:
@@ -77,10 +79,10 @@ def check_rollout_shape(num_envs: int, num_steps: int, num_minibatches: int, upd
         sys.exit(f"error: --total-timesteps {total_timesteps} is smaller than one rollout ({batch_size} steps)")
 
 
-def check_replay_args(args, min_per_env: int = 1) -> None:
+def check_replay_args(args, min_per_env: int = 1, resumed: bool = False) -> None:
     """The flags of every replay-buffer script: positive sizes, at least `min_per_env` transitions per env,
     a batch no larger than the buffer, one step of every env in --total-timesteps, --learning-starts before
-    the end (else the run never trains), --tau in (0, 1]."""
+    the end (else the run never trains; a `resumed` run may end anywhere, it may have trained already), --tau in (0, 1]."""
     check_positive(args, "num_envs", "buffer_size", "batch_size")
     if args.batch_size > args.buffer_size:
         sys.exit(f"error: --batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
@@ -91,7 +93,7 @@ def check_replay_args(args, min_per_env: int = 1) -> None:
         )
     if args.total_timesteps < args.num_envs:
         sys.exit(f"error: --total-timesteps {args.total_timesteps} is less than one step of --num-envs {args.num_envs} envs")
-    if not 0 <= args.learning_starts < args.total_timesteps:
+    if args.learning_starts < 0 or (args.learning_starts >= args.total_timesteps and not resumed):
         sys.exit(
             f"error: --learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps}) "
             "(else the run never trains)"
@@ -123,12 +125,14 @@ def available_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_memory(bytes_needed: int, what: str, flags: str) -> None:
-    """Refuse up front, with one line, a buffer larger than the memory this machine has free."""
+def check_memory(bytes_needed: int, what: str, flags: str, held: int = 0) -> None:
+    """Refuse up front, with one line, a buffer larger than the memory this machine has free. `held`: bytes of it
+    this process holds already (a resumed run's loaded buffer, which the new one takes over), not counted again."""
     available = available_memory_bytes()
-    if bytes_needed > available:
+    if bytes_needed - held > available:
+        loaded = f" ({held / 2**30:,.1f} GiB of it loaded already)" if held else ""
         sys.exit(
-            f"error: {what} needs {bytes_needed / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB "
+            f"error: {what} needs {bytes_needed / 2**30:,.1f} GiB{loaded}, more than the {available / 2**30:,.1f} GiB "
             f"of memory available; lower {flags}"
         )
 
@@ -150,6 +154,9 @@ def check_envpool_id(env_id: str, family: str, also: tuple[str, ...] = ()) -> No
     name, examples = ENVPOOL_FAMILIES[family]
     specs = registry.specs
     if env_id in specs and (specs[env_id][0] == family or env_id in also):
+        # EnvPool's classic-control specs (Pendulum) give float32 Boxes float64 bounds, and Gymnasium warns about the
+        # cast each time such a space is built: nothing the user can or should act on.
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
         return
     if env_id in specs:
         other = ENVPOOL_FAMILIES.get(specs[env_id][0], (specs[env_id][0],))[0]
@@ -166,14 +173,17 @@ def check_continuous_envpool_id(env_id: str) -> None:
     check_envpool_id(env_id, "envpool.mujoco.gym", also=("Pendulum-v1",))
 
 
-def check_gymnasium_env(env_id: str, examples: str):
-    """`env_id` is a registered Gymnasium env that builds here (close matches suggested otherwise; a
-    missing package or a failing constructor named in one line). Returns its (observation_space,
-    action_space), from one env made and closed again."""
+def check_gymnasium_env(env_id: str, examples: str, fits: Callable | None = None):
+    """`env_id` is a registered Gymnasium env that builds here (close matches suggested otherwise: only those whose
+    (observation_space, action_space) `fits` accepts, when given; a missing package or a failing constructor named in
+    one line). Returns its (observation_space, action_space), from one env made and closed again."""
     import gymnasium as gym
 
     if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=10)
+        if fits is not None:
+            close = [candidate for candidate in close if _fits_spaces(candidate, fits)][:3]
+        close = close[:3]
         hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {examples}"
         sys.exit(f"error: --env-id {env_id!r} is not a registered Gymnasium environment{hint}")
     try:
@@ -185,3 +195,18 @@ def check_gymnasium_env(env_id: str, examples: str):
     spaces = env.observation_space, env.action_space
     env.close()
     return spaces
+
+
+def _fits_spaces(env_id: str, fits: Callable) -> bool:
+    """Whether a suggested Gymnasium env builds here and its spaces are of the kind the script takes."""
+    import gymnasium as gym
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = gym.make(env_id)
+            spaces = env.observation_space, env.action_space
+            env.close()
+    except Exception:
+        return False
+    return bool(fits(*spaces))

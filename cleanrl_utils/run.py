@@ -190,11 +190,18 @@ def torch_all_finite(model, loss=None) -> bool:
 
 
 def exit_if_diverged(
-    finite: bool, iteration: int, global_step: int, checkpoint_path: str, writer, progress, resumed_from: str | None = None
+    finite: bool,
+    iteration: int,
+    global_step: int,
+    checkpoint_path: str,
+    writer,
+    progress,
+    resumed_from: str | None = None,
+    flag: str = "--learning-rate",
 ) -> None:
     """A diverged run (non-finite loss or parameters) stops here, before any checkpoint could be
     overwritten with its state: the last good checkpoint, if any, stays as it was. The line names it
-    (the run folder's checkpoint, else the file the run was resumed from)."""
+    (the run folder's checkpoint, else the file the run was resumed from) and the flag to lower (`flag`)."""
     if finite:
         return
     writer.close()
@@ -205,7 +212,10 @@ def exit_if_diverged(
         saved = f"last good checkpoint: {os.path.abspath(resumed_from)}"
     else:
         saved = "no checkpoint was written"
-    sys.exit(f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}")
+    sys.exit(
+        f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}; "
+        f"try a lower {flag}"
+    )
 
 
 def checkpoint_due(iteration: int, num_iterations: int, every: int, stopping: bool) -> bool:

@@ -388,3 +388,41 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
 def test_bad_input_gives_one_clear_line_before_any_run_folder(tmp_path, args, fragments):
     assert_one_error_line(run_script(SCRIPT, *args, "--log-dir", str(tmp_path / "runs"), timeout=120), fragments)
     assert not (tmp_path / "runs").exists()
+
+
+def test_extending_a_run_keeps_its_epsilon_schedule_and_a_resume_may_end_before_learning_starts(tmp_path):
+    """#4: a 2,000-step run whose epsilon decays over all of it (--exploration-fraction 1), resumed to 4,000 steps,
+    keeps epsilon at --end-e: the schedule is that of the first --total-timesteps (re-planned for 4,000 it would be
+    back at 0.29 at step 3,000). A resume to 1,500 steps (less than --learning-starts 1,900) is allowed: the run has
+    nothing left to do and says so."""
+    flags = ["--env-id", "CartPole-v1", "--total-timesteps", "2000", "--learning-starts", "1900", "--seed", "2"]
+    flags += ["--exploration-fraction", "1", "--log-dir", str(tmp_path)]
+    result = run_script(SCRIPT, *flags)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    path = os.path.join(run_dir, "checkpoint.pt")
+    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1500")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "already ran its 1500 iterations" in result.stdout
+    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "4000")
+    assert result.returncode == 0, result.stderr[-3000:]
+    epsilon = read_scalars(run_dir)["charts/epsilon"]
+    assert [step for step, _ in epsilon] == [1000, 2000, 3000, 4000]
+    assert epsilon[0][1] == pytest.approx(1.0 - 0.95 * 999 / 2000) and epsilon[1][1] == pytest.approx(1.0 - 0.95 * 1999 / 2000)
+    assert epsilon[2][1] == epsilon[3][1] == pytest.approx(0.05)
+    assert torch.load(path, weights_only=True)["args"]["exploration_steps"] == 2000
+
+
+def test_a_total_that_is_not_whole_iterations_is_said_in_the_first_lines(tmp_path):
+    """#8: 1,001 steps asked of 2 envs: the run takes 1,000 and says so before the run folder; 1,000 asked, no line."""
+    flags = ["--num-envs", "2", "--learning-starts", "100", "--log-dir", str(tmp_path)]
+    result = run_script(SCRIPT, *flags, "--total-timesteps", "1001")
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = "--total-timesteps 1,001 is not a whole number of iterations (one step of each of --num-envs envs: 2 steps each): "
+    first_lines = result.stdout.split("run folder:")[0].splitlines()  # the speed levers, then this line
+    assert first_lines[-1] == line + "this run takes 1,000 steps", first_lines
+    path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    assert torch.load(path, weights_only=True)["global_step"] == 1000
+    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1000")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "whole number" not in result.stdout

@@ -322,3 +322,44 @@ def test_ctrl_c_saves_the_buffer_and_exits_cleanly(tmp_path):
     assert "stopped at iteration" in stdout and "Traceback" not in stderr
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     assert checkpoint["replay_buffer"]["num_obs"] == checkpoint["iteration"] + 1  # one reset observation, one per step
+
+
+def test_extending_a_run_keeps_its_epsilon_schedule_and_a_resume_may_end_before_learning_starts(tmp_path):
+    """#4: a 2,000-step run whose epsilon decays over all of it (--exploration-fraction 1), resumed to 4,000 steps,
+    keeps epsilon at --end-e: the schedule is that of the first --total-timesteps (re-planned for 4,000 it would be
+    back at 0.26 at step 3,000). A resume to 1,500 steps (less than --learning-starts 1,900) is allowed: the run has
+    nothing left to do and says so."""
+    flags = ["--env-id", "Breakout-v5", "--total-timesteps", "2000", "--learning-starts", "1900", "--buffer-size", "4000"]
+    flags += ["--exploration-fraction", "1", "--torch-threads", "1", "--log-dir", str(tmp_path)]
+    result = run_script(SCRIPT, *flags, timeout=300)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    path = os.path.join(run_dir, "checkpoint.pt")
+    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1500", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "already ran its 1500 iterations" in result.stdout
+    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "4000", timeout=300)
+    assert result.returncode == 0, result.stderr
+    epsilon = read_scalars(run_dir)["charts/epsilon"]
+    assert [step for step, _ in epsilon] == [1000, 2000, 3000, 4000]
+    assert epsilon[0][1] == pytest.approx(1.0 - 0.99 * 999 / 2000) and epsilon[1][1] == pytest.approx(1.0 - 0.99 * 1999 / 2000)
+    assert epsilon[2][1] == epsilon[3][1] == pytest.approx(0.01)
+    assert torch.load(path, weights_only=True)["args"]["exploration_steps"] == 2000
+
+
+def test_a_resumed_buffer_is_not_counted_twice_by_the_memory_check(monkeypatch):
+    """#9: the loaded checkpoint holds the buffer the resumed run takes over, so only the rest must be free. With
+    less free memory than the whole buffer, a fresh run (or a resume without a saved buffer) is refused; a resume
+    holding the buffer is not."""
+    from cleanrl.dqn_atari_envpool import Args, validate_args
+    from cleanrl_utils import checks
+
+    args = Args(buffer_size=100_000, total_timesteps=3000, learning_starts=1000)
+    needed = ReplayBuffer.bytes_needed(100_000)
+    checkpoint = {"replay_buffer": ReplayBuffer(100_000, 1).state_dict()}  # zero pages: takes no memory
+    assert sum(v.nbytes for v in checkpoint["replay_buffer"].values() if torch.is_tensor(v)) == needed
+    monkeypatch.setattr(checks, "available_memory_bytes", lambda: needed // 4)
+    validate_args(args, checkpoint)
+    for fresh_or_no_buffer in (None, {"replay_buffer": {}}):
+        with pytest.raises(SystemExit, match="error: the replay buffer needs 0.7 GiB, more than"):
+            validate_args(args, fresh_or_no_buffer)

@@ -439,3 +439,15 @@ def test_cartpole_video_prints_no_sdl_error(tmp_path):
     decoded_video(str(tmp_path / "eval-episode-0.mp4"))
     assert "XDG_RUNTIME_DIR" not in result.stdout + result.stderr
     assert not [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error")]
+
+
+def test_a_total_that_is_not_whole_iterations_is_said_in_the_first_lines(tmp_path):
+    """#8: 1,000 steps asked, iterations of 4 envs x 128 steps: the run takes 512 and says so before the run folder."""
+    flags = ["--total-timesteps", "1000", "--num-envs", "4", "--num-steps", "128", "--log-dir", str(tmp_path)]
+    result = run_script(SCRIPT, *flags)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = "--total-timesteps 1,000 is not a whole number of iterations (--num-envs x --num-steps: 512 steps each): "
+    first_lines = result.stdout.split("run folder:")[0].splitlines()  # the speed levers, then this line
+    assert first_lines[-1] == line + "this run takes 512 steps", first_lines
+    checkpoint = torch.load(os.path.join(only_run_dir(tmp_path), "checkpoint.pt"), weights_only=True)
+    assert checkpoint["global_step"] == 512

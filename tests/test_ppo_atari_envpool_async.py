@@ -312,7 +312,26 @@ def test_overlap_sigint_checkpoints_and_resume_finishes_with_every_tag(interrupt
         (["--async-batch-size", "7"], ["--async-batch-size 7", "1024"]),
         (["--num-threads", "-1"], ["--num-threads", "-1"]),
         (["--num-minibatches", "3"], ["--num-minibatches 3", "1024"]),
+        (["--num-steps", "1", "--num-minibatches", "1"], ["--num-steps", ">= 2", "got 1"]),
+        (["--num-steps", "0"], ["--num-steps", "0"]),
     ],
 )
-def test_bad_input_gives_one_clear_line(args, expected):
-    assert_one_error_line(run_script(SCRIPT, *args, timeout=120), expected, ignore_warnings=True)
+def test_bad_input_gives_one_clear_line(args, expected, tmp_path):
+    result = run_script(SCRIPT, *args, "--log-dir", str(tmp_path), timeout=120)
+    assert_one_error_line(result, expected, ignore_warnings=True)
+    assert not os.listdir(tmp_path)  # nothing written
+
+
+def test_one_step_per_env_leaves_nothing_to_learn_from():
+    """Why --num-steps 1 is refused (#5): each env's last row in a rollout has no result, so a rollout in which
+    every env appears once has no valid row; with two appearances each, the first ones are valid."""
+    env_ids = torch.tensor([[0, 1, 2, 3]])
+    zeros = torch.zeros(1, 4)
+    no = torch.zeros(1, 4, dtype=torch.bool)
+    _, valid = compute_gae_async(env_ids, zeros, zeros, no, no, 4, 0.99, 0.95)
+    assert not valid.any()
+    env_ids = torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]])
+    _, valid = compute_gae_async(
+        env_ids, zeros.repeat(2, 1), zeros.repeat(2, 1), no.repeat(2, 1), no.repeat(2, 1), 4, 0.99, 0.95
+    )
+    assert valid[0].all() and not valid[1].any()

@@ -231,12 +231,16 @@ RESUME = [
 def test_resume_with_the_buffer_continues(tmp_path):
     """A 601-step run resumed to 1,200: same run folder, counters, networks, Adam states, alpha and buffer restored,
     then training goes on from where it stopped. It stops after an odd number of critic updates (301): the actor's
-    schedule (2 updates every 2nd critic update) must go on from there, not restart."""
-    result = run_script(SCRIPT, *RESUME, "--total-timesteps", "601", "--log-dir", str(tmp_path))
+    schedule (2 updates every 2nd critic update) must go on from there, not restart. The buffer's capacity is 1M
+    rows (36 MB): the checkpoint holds the 599 filled ones only (#6), and the resumed buffer has its full capacity."""
+    big_buffer = [*RESUME[:-2], "--buffer-size", "1000000"]
+    result = run_script(SCRIPT, *big_buffer, "--total-timesteps", "601", "--log-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     path = os.path.join(run_dir, "checkpoint.pt")
     half = torch.load(path, weights_only=True)
+    assert half["replay_buffer"]["rows"].untyped_storage().nbytes() == 599 * 9 * 4
+    assert os.path.getsize(path) < 5_000_000  # networks and Adam states about 3 MB; the whole capacity 36 MB more
     # Pendulum's 200-step episodes (truncated at steps 200 and 401): steps 201 and 402 are stale, not stored; a row is
     # obs 3 | action 1 | reward | obs 3 | done
     assert half["replay_buffer"]["rows"].shape == (599, 9) and half["replay_buffer"]["env_steps"] == 601
@@ -274,7 +278,8 @@ def test_divergence_stops_before_saving(tmp_path):
     line at its next check (the save due at iteration 400) and keeps the last good checkpoint (200) as it was."""
     flags = [*RESUME, "--total-timesteps", "3000", "--q-lr", "1e30", "--checkpoint-every", "200", "--log-dir", str(tmp_path)]
     result = run_script(SCRIPT, *flags)
-    assert_one_error_line(result, ["non-finite", "iteration 400", "last good checkpoint"], ignore_warnings=True)
+    fragments = ["non-finite", "iteration 400", "last good checkpoint", "try a lower --q-lr or --policy-lr"]
+    assert_one_error_line(result, fragments, ignore_warnings=True)
     assert torch.load(os.path.join(only_run_dir(tmp_path), "checkpoint.pt"), weights_only=True)["iteration"] == 200
 
 

@@ -2,11 +2,14 @@
 
 import os
 import re
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
-from helpers import assert_one_error_line, run_script
+from helpers import REPO, assert_one_error_line, run_script
 
+from cleanrl_utils import checks
 from cleanrl_utils.checks import (
     MAX_SEED,
     available_memory_bytes,
@@ -72,9 +75,10 @@ def test_seed_bounds(seed):
         ({"gamma": float("nan")}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got nan and 0.95"),
         ({"gae_lambda": float("nan")}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 0.99 and nan"),
         ({"video_every": -2}, "error: --video-every must be a positive integer, got -2"),
-        ({"gamma": 0.0}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 0.0 and 0.95"),
-        ({"gamma": 1.5}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 1.5 and 0.95"),
-        ({"gae_lambda": -0.1}, "error: need 0 < --gamma <= 1 and 0 <= --gae-lambda <= 1, got 0.99 and -0.1"),
+        ({"gamma": 0.0}, "error: --gamma must be in (0, 1], got 0.0"),
+        ({"gamma": 1.5}, "error: --gamma must be in (0, 1], got 1.5"),
+        ({"gamma": float("nan")}, "error: --gamma must be in (0, 1], got nan"),
+        ({"gae_lambda": -0.1}, "error: --gae-lambda must be in [0, 1], got -0.1"),
         (
             {"checkpoint_every": -1},
             "error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got -1",
@@ -84,6 +88,15 @@ def test_seed_bounds(seed):
 )
 def test_run_arg_errors(overrides, expected):
     one_line_exit(lambda: check_run_args(run_args(**overrides)), expected)
+
+
+def test_a_script_without_gae_lambda_is_not_told_about_it():
+    """REINFORCE has --gamma and no --gae-lambda: its gamma error must not name a flag it does not have."""
+    args = run_args(gamma=0.0)
+    del args.gae_lambda
+    one_line_exit(lambda: check_run_args(args), "error: --gamma must be in (0, 1], got 0.0")
+    args.gamma = 0.99
+    check_run_args(args)
 
 
 def test_check_non_negative_allows_zero_and_names_the_flag():
@@ -142,6 +155,24 @@ def test_rollout_shape_errors(shape, expected):
 def test_valid_rollout_shapes_pass():
     check_rollout_shape(8, 128, 4, 4, 1024)
     check_rollout_shape(1, 8, 4, 1, 64)  # two rows per minibatch: enough
+
+
+def test_check_memory_counts_a_loaded_buffer_once(monkeypatch):
+    """#9: a resumed run holds its buffer already (the loaded checkpoint's arrays, which the new buffer takes over).
+    With 7 GiB needed, 6 of them loaded and 3 GiB free, the run fits; counting the loaded 6 again it would not."""
+    gib = 2**30
+    monkeypatch.setattr(checks, "available_memory_bytes", lambda: 3 * gib)
+    check_memory(7 * gib, "the replay buffer", "--buffer-size", held=6 * gib)
+    check_memory(3 * gib, "the replay buffer", "--buffer-size")
+    one_line_exit(
+        lambda: check_memory(7 * gib, "the replay buffer", "--buffer-size", held=3 * gib),
+        "error: the replay buffer needs 7.0 GiB (3.0 GiB of it loaded already), more than the 3.0 GiB of memory "
+        "available; lower --buffer-size",
+    )
+    one_line_exit(
+        lambda: check_memory(7 * gib, "the replay buffer", "--buffer-size"),
+        "error: the replay buffer needs 7.0 GiB, more than the 3.0 GiB of memory available; lower --buffer-size",
+    )
 
 
 def test_check_memory():
@@ -302,6 +333,21 @@ def test_check_replay_args():
             one_line_exit(lambda: check_replay_args(replay_args(**changes)), expected)
 
 
+def test_a_resumed_run_may_end_at_or_before_learning_starts():
+    """A fresh run that would never train is refused; a resumed one may be shortened to any length (it may have
+    trained already, and one that has not asked to stop)."""
+    check_replay_args(replay_args(total_timesteps=400), resumed=True)
+    check_replay_args(replay_args(total_timesteps=500), resumed=True)
+    one_line_exit(
+        lambda: check_replay_args(replay_args(total_timesteps=500)),
+        "error: --learning-starts 500 must be in [0, --total-timesteps 500) (else the run never trains)",
+    )
+    one_line_exit(
+        lambda: check_replay_args(replay_args(learning_starts=-1), resumed=True),
+        "error: --learning-starts -1 must be in [0, --total-timesteps 10000) (else the run never trains)",
+    )
+
+
 def test_check_epsilon_schedule():
     args = lambda **changes: SimpleNamespace(**{"start_e": 1.0, "end_e": 0.05, "exploration_fraction": 0.5, **changes})  # noqa: E731
     check_epsilon_schedule(args())
@@ -338,3 +384,28 @@ def test_a_nan_or_infinite_flag_of_a_real_script_gives_one_line_and_no_run_folde
     result = run_script(script, flag_name, value, "--log-dir", str(log_dir), env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert_one_error_line(result, [f"{flag_name} must be positive and finite, got {value}"], ignore_warnings=True)
     assert not log_dir.exists() or not os.listdir(log_dir)
+
+
+def test_suggestions_are_only_envs_the_script_takes():
+    """`dqn.py --env-id Ant` must not suggest Ant-v5 (continuous actions); without a filter it is the closest match."""
+    import gymnasium as gym
+
+    discrete = lambda obs, action: isinstance(action, gym.spaces.Discrete)  # noqa: E731
+    one_line_exit(
+        lambda: check_gymnasium_env("Ant", "CartPole-v1, Acrobot-v1", fits=discrete),
+        "error: --env-id 'Ant' is not a registered Gymnasium environment; e.g. CartPole-v1, Acrobot-v1",
+    )
+    with pytest.raises(SystemExit, match="did you mean Ant-v5"):
+        check_gymnasium_env("Ant", "CartPole-v1, Acrobot-v1")
+    with pytest.raises(SystemExit, match="did you mean CartPole-v1, CartPole-v0"):
+        check_gymnasium_env("CartPol", "CartPole-v1", fits=discrete)
+
+
+def test_pendulum_spaces_build_without_precision_warnings():
+    """EnvPool's Pendulum spec gives float32 Boxes float64 bounds; once the id is checked, building its spaces
+    (as the off-policy scripts do) warns nothing to the user."""
+    code = "from cleanrl_utils.checks import check_continuous_envpool_id; import envpool\n"
+    code += "check_continuous_envpool_id('Pendulum-v1'); spec = envpool.make_spec('Pendulum-v1')\n"
+    code += "spec.action_space, spec.observation_space; print('built')"
+    result = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.stdout == "built\n" and "precision" not in result.stderr, result.stderr
