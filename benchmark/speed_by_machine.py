@@ -140,6 +140,12 @@ def table_row(row: Row, figures: dict, model: str, isa: str) -> str:
     )
 
 
+def row_key(line: str) -> tuple[str, str, str]:
+    """(CPU, ISA, script name) of a table row: one row per script and machine kind."""
+    cpu, isa, script = (cell.strip() for cell in line.split("|")[2:5])
+    return cpu, isa, script.split(" (")[0]
+
+
 def write_rows(new_rows: dict[tuple[str, str, str], str]) -> None:
     """Replace this machine's rows for the scripts measured; keep every other row."""
     lines = open(TABLE).read().splitlines() if os.path.exists(TABLE) else []
@@ -150,8 +156,8 @@ def write_rows(new_rows: dict[tuple[str, str, str], str]) -> None:
     body_end = start + 2
     while body_end < len(lines) and lines[body_end].startswith("|"):
         body_end += 1
-    kept = [line for line in lines[start + 2 : body_end] if tuple(c.strip() for c in line.split("|")[2:5]) not in new_rows]
-    keyed = [(tuple(c.strip() for c in r.split("|")[2:5]), r) for r in kept] + list(new_rows.items())
+    kept = [line for line in lines[start + 2 : body_end] if row_key(line) not in new_rows]
+    keyed = [(row_key(r), r) for r in kept] + list(new_rows.items())
     body = [r for _, r in sorted(keyed, key=lambda kr: (kr[0][2], kr[0][0], kr[0][1]))]
     lines[start + 2 : body_end] = body
     os.makedirs(os.path.dirname(TABLE), exist_ok=True)
@@ -176,7 +182,7 @@ def main() -> None:
         for row in chosen:
             line = table_row(row, measure(row, args.steps_scale, log_dir, args.idle_only), model, isa)
             print(line, flush=True)
-            new_rows[tuple(c.strip() for c in line.split("|")[2:5])] = line
+            new_rows[row_key(line)] = line
     if not args.no_write:
         write_rows(new_rows)
         print(f"wrote {len(new_rows)} rows to {os.path.relpath(TABLE, REPO)}")
