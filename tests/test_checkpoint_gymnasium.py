@@ -194,7 +194,8 @@ def test_ppo_sigint_writes_a_checkpoint_and_exits_zero(ppo_interrupted):
     returncode, stdout, stderr, run_dir = ppo_interrupted
     assert returncode == 0, stderr[-2000:]
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    assert stdout.startswith(f"run folder: {run_dir}\n")
+    assert stdout.split("run folder: ")[0].startswith("torch threads: ")  # the speed levers come first
+    assert f"\nrun folder: {run_dir}\n" in stdout
     assert f"checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})" in stdout
     assert "Traceback" not in stderr and "Ctrl-C: stopping after this iteration" in stderr
     assert os.path.exists(checkpoint_path), (os.listdir(run_dir), stdout, stderr)
@@ -243,10 +244,11 @@ def test_ppo_resume_logs_exactly_what_the_uninterrupted_run_logged(ppo_interrupt
     checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
     stopped_step, iterations = checkpoint["global_step"], checkpoint["iteration"] + 3
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith(f"run folder: {copy_dir}\n")
+    assert result.stdout.split("run folder: ")[0].startswith("torch threads: ")  # the speed levers come first
+    assert f"\nrun folder: {copy_dir}\n" in result.stdout
     assert f"resumed {copy_dir.name} at iteration {checkpoint['iteration']}" in result.stdout
     expected, resumed = read_scalars(ppo_uninterrupted), read_scalars(str(copy_dir))
-    assert set(resumed) == ATARI_TAGS | {END_STEP_TAG}  # and where each part of the run ended (record_end_step)
+    assert set(resumed) == ATARI_TAGS | {END_STEP_TAG, "charts/torch_threads"}  # where each part ended; the threads it used
     lr_steps = [step for step, _ in resumed["charts/learning_rate"]]
     assert lr_steps == [PPO_BATCH * i for i in range(1, iterations + 1)]  # one point per iteration, none twice
     for tag in sorted(ATARI_TAGS - {"charts/SPS"}):

@@ -416,7 +416,8 @@ def test_namespaced_env_id_gets_one_run_folder(tmp_path):
     (name,) = os.listdir(tmp_path)
     assert name.startswith("phys2d-CartPole-v1__ppo__1__"), name
     run_dir = tmp_path / name
-    assert result.stdout.startswith(f"run folder: {run_dir}\n")
+    assert result.stdout.split("run folder: ")[0].startswith("torch threads: ")  # the speed levers come first
+    assert f"\nrun folder: {run_dir}\n" in result.stdout
     assert sorted(os.listdir(run_dir))[0] == "checkpoint.pt"
     assert len(read_scalars(str(run_dir))["charts/episodic_return"]) >= 10
 
