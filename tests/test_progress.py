@@ -27,7 +27,8 @@ def test_pipe_gets_plain_lines(tmp_path):
     result = run_script("ppo", *ARGS, "--log-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "\r" not in result.stdout and "\x1b" not in result.stdout
-    run_folder, *lines = result.stdout.splitlines()
-    assert run_folder == f"run folder: {only_run_dir(tmp_path)}"  # which folder the run writes to, first
+    threads, run_folder, *lines = result.stdout.splitlines()
+    assert threads == "torch threads: 1 (--torch-threads 1)"  # the speed levers first (ppo.py has no precision flag)
+    assert run_folder == f"run folder: {only_run_dir(tmp_path)}"  # then which folder the run writes to
     assert lines and all(line.startswith("step ") for line in lines)
     assert lines[-1].startswith("step 20,480/20,480")
