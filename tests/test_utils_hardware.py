@@ -163,6 +163,10 @@ def test_auto_threads_follow_a_real_load_on_the_cores(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     cores = len(os.sched_getaffinity(0))
+    busy = TorchThreads(0).count < cores
+    torch.set_num_threads(before)
+    if busy:
+        pytest.skip("another process keeps a core busy: the quiet half of this test cannot hold")
     spinners = spin_on_every_core()
     try:
         time.sleep(0.5)
