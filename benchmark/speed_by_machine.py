@@ -9,7 +9,8 @@ Idle: one run alone. Loaded: two copies started together (two runs by hand on th
 SPS is taken from the runs' own `charts/SPS` event wall times, from the first logged point at or after `from_step`
 to the last, so start-up (env creation, the first iteration's kernel selection, an off-policy run's random
 warm-up) is not counted. The reference of the PPO Atari scripts is CleanRL's loop (benchmark/
-ppo_atari_envpool_cleanrl_layout.py); of SAC, its CleanRL-layout baseline; TD3, DDPG and DQN Atari have no CleanRL-
+ppo_atari_envpool_cleanrl_layout.py; the torch.distributed one runs as 2 processes x 4 envs under torchrun, the same
+8 x 128 batch); of SAC, its CleanRL-layout baseline; TD3, DDPG and DQN Atari have no CleanRL-
 layout baseline here: their reference is the same script with every lever at its old fixed value (fp32, one torch
 thread per core), which is what CleanRL's scripts run. Pause other work on the machine while it runs.
 """
@@ -49,6 +50,12 @@ ROWS = [
     Row("ppo_atari_envpool", ["cleanrl/ppo_atari_envpool.py", "--env-id", "Pong-v5"], "CleanRL layout",
         ["benchmark/ppo_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
     Row("ppo_atari_envpool_async", ["cleanrl/ppo_atari_envpool_async.py", "--env-id", "Pong-v5"], "CleanRL layout (sync)",
+        ["benchmark/ppo_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
+    Row("ppo_atari_envpool_distributed",
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "cleanrl/ppo_atari_envpool_distributed.py",
+         "--env-id", "Pong-v5", "--local-num-envs", "4"], "CleanRL layout (one process, 8 envs)",
+        ["benchmark/ppo_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
+    Row("ppo_atari_envpool_xla_jax", ["cleanrl/ppo_atari_envpool_xla_jax.py", "--env-id", "Pong-v5"], "CleanRL layout (torch)",
         ["benchmark/ppo_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
     Row("dqn_atari_envpool", ["cleanrl/dqn_atari_envpool.py", "--env-id", "Pong-v5", "--learning-starts", "1000"],
         "the script, fp32, threads = cores",

@@ -314,9 +314,12 @@ class QNetwork(nn.Module):
         # so under --bf16 we cast once, straight to the compute dtype and layout.
         dtype = torch.bfloat16 if bf16 else torch.float32
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
-        x = obs.to(dtype=dtype, memory_format=memory_format) * (1.0 / 255.0)
+        x = obs.to(dtype=dtype, memory_format=memory_format)
+        conv1 = self.network[0]
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
-            hidden = self.network(x)
+            # x / 255 folded into conv1's weight: conv(x, w / 255) = conv(x / 255, w), with the same parameters and
+            # gradients, but no pass over the batch.
+            hidden = self.network[1:](nn.functional.conv2d(x, conv1.weight * (1.0 / 255.0), conv1.bias, stride=4))
         # The head runs in fp32: the TD error is a small difference of two Q-values near 1 / (1 - gamma) = 100,
         # which bf16's 8-bit mantissa (steps of 0.5 there) would swamp.
         return self.q_head(hidden.float())

@@ -154,6 +154,8 @@ class Args:
     """channels-last memory format for the convolutions. auto: on in fp32 and on CUDA, off for bf16 on CPU"""
     uint8_obs: bool = True
     """store rollout observations as uint8 and scale to [0, 1] inside the network (else float32)"""
+    fused_adam: bool = True
+    """Adam as one fused kernel over all parameters (on CPU 0.6 ms instead of 2.3 ms a minibatch for this network)"""
     torch_threads: int = 0
     """torch intra-op threads on CPU. 0 (auto): OMP_NUM_THREADS if set, else the cores no other process keeps busy, re-checked every 5 s. Set N for bit-identical reruns"""
 
@@ -252,13 +254,16 @@ class Agent(nn.Module):
 
     def hidden(self, obs: torch.Tensor) -> torch.Tensor:
         # Observations arrive as uint8 0..255 (or float32 with --no-uint8-obs). Integers up to 256
-        # are exact in bf16, so under --bf16 we cast once, straight to the compute dtype and
-        # layout: no full-size float32 copy of the batch is ever made.
+        # are exact in bf16, so in bf16 precision we cast once, straight to the compute dtype and
+        # layout (a no-op layout change for the rollout storage, which is kept in that layout).
         dtype = torch.bfloat16 if self.bf16 else torch.float32
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
-        x = obs.to(dtype=dtype, memory_format=memory_format) * (1.0 / 255.0)
+        x = obs.to(dtype=dtype, memory_format=memory_format)
+        conv1 = self.network[0]
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            h = self.network(x)
+            # x / 255 folded into conv1's weight: conv(x, w / 255) = conv(x / 255, w), with the same
+            # parameters and gradients, but no pass over the whole batch (about 5% of a CPU update).
+            h = self.network[1:](nn.functional.conv2d(x, conv1.weight * (1.0 / 255.0), conv1.bias, stride=4))
         # The heads run in fp32: log-probs and values feed ratios and returns, where bf16's
         # 8-bit mantissa would add noise to importance ratios that should start at exactly 1.
         return h.float()
@@ -322,10 +327,14 @@ def compute_gae_async(
     return advantages, valid_mask
 
 
-def new_storage(num_rows: int, batch: int, obs_shape: tuple, obs_dtype: torch.dtype, device) -> dict[str, torch.Tensor]:
-    """One rollout: row r is the r-th recv, as delivered (see the module docstring), and what was sent back."""
+def new_storage(
+    num_rows: int, batch: int, obs_shape: tuple, *, obs_dtype: torch.dtype, device, obs_layout=torch.contiguous_format
+) -> dict[str, torch.Tensor]:
+    """One rollout: row r is the r-th recv, as delivered (see the module docstring), and what was sent back.
+    Observations are kept in the network's memory layout, so a minibatch converts dtype only, not layout."""
+    obs = torch.zeros((num_rows * batch,) + obs_shape, dtype=obs_dtype, device=device).contiguous(memory_format=obs_layout)
     return dict(
-        obs=torch.zeros((num_rows, batch) + obs_shape, dtype=obs_dtype, device=device),
+        obs=obs.view((num_rows, batch) + obs_shape),
         env_ids=torch.zeros((num_rows, batch), dtype=torch.long, device=device),
         actions=torch.zeros((num_rows, batch), dtype=torch.long, device=device),
         logprobs=torch.zeros((num_rows, batch), device=device),
@@ -425,7 +434,7 @@ def ppo_update(agent: Agent, optimizer, batch: list[torch.Tensor], args: Args, g
         b_inds = torch.randperm(args.batch_size, device=generator.device, generator=generator)
         for start in range(0, args.batch_size, args.minibatch_size):
             mb_inds = b_inds[start : start + args.minibatch_size]
-            loss, stats = ppo_loss(agent, *[x[mb_inds] for x in batch], args)
+            loss, stats = ppo_loss(agent, *[x.index_select(0, mb_inds) for x in batch], args)
             clipfracs.append(stats["clipfrac"])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -467,7 +476,7 @@ if __name__ == "__main__":
     agent = Agent(envs.single_action_space.n, bf16=args.precision == "bf16", channels_last=args.channels_last == "on").to(
         device
     )
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=args.fused_adam)
     start_iteration, global_step = 1, 0
     if checkpoint:  # weights, Adam and RNG states (one line if they do not fit); prints where the run resumes
         start_iteration, global_step = restore_torch(args.resume, checkpoint, agent, optimizer, args)
@@ -487,7 +496,11 @@ if __name__ == "__main__":
     # the actor fills one storage while the learner reads the other.
     obs_dtype = torch.uint8 if args.uint8_obs else torch.float32
     num_rows, obs_shape = args.batch_size // args.async_batch_size, envs.single_observation_space.shape
-    storages = [new_storage(num_rows, args.async_batch_size, obs_shape, obs_dtype, device) for _ in range(1 + args.overlap)]
+    layout = torch.channels_last if agent.channels_last else torch.contiguous_format
+    storages = [
+        new_storage(num_rows, args.async_batch_size, obs_shape, obs_dtype=obs_dtype, device=device, obs_layout=layout)
+        for _ in range(1 + args.overlap)
+    ]
 
     # Episode statistics per *game* (not per life), from the unclipped reward.
     episode_returns = np.zeros(args.num_envs, dtype=np.float64)

@@ -192,6 +192,30 @@ def test_bf16_network_stays_close_to_fp32():
     assert (h16 - h32).abs().max() <= 0.05 * h32.abs().max()
 
 
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_trunk_is_the_nature_cnn_on_obs_over_255(channels_last):
+    """The trunk folds x / 255 into conv1's weight and reads channels-last minibatches: its outputs and every
+    parameter's gradient must be those of the plain Nature CNN applied to obs / 255, written out here layer
+    by layer with the same weights."""
+    torch.manual_seed(1)
+    agent = Agent(6, channels_last=channels_last)
+    obs = torch.randint(0, 256, (12, 4, 84, 84), dtype=torch.uint8)
+    if channels_last:  # as the rollout storage hands a minibatch over
+        obs = obs.contiguous(memory_format=torch.channels_last)
+    conv1, conv2, conv3, linear = (agent.network[i] for i in (0, 2, 4, 7))
+    x = obs.float().contiguous() / 255.0
+    x = torch.relu(torch.nn.functional.conv2d(x, conv1.weight.contiguous(), conv1.bias, stride=4))
+    x = torch.relu(torch.nn.functional.conv2d(x, conv2.weight.contiguous(), conv2.bias, stride=2))
+    x = torch.relu(torch.nn.functional.conv2d(x, conv3.weight.contiguous(), conv3.bias, stride=1))
+    expected = torch.relu(x.reshape(12, -1) @ linear.weight.T + linear.bias)
+    expected_grads = torch.autograd.grad(expected.square().sum(), list(agent.network.parameters()))
+    hidden = agent.hidden(obs)
+    grads = torch.autograd.grad(hidden.square().sum(), list(agent.network.parameters()))
+    torch.testing.assert_close(hidden, expected, rtol=1e-4, atol=1e-5)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-4 * expected_grad.abs().max().item())
+
 SHORT_RUN = [
     "--env-id",
     "Pong-v5",

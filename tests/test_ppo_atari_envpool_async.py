@@ -88,7 +88,7 @@ def test_async_gae_and_mask_match_brute_force_on_real_rollouts():
     envs.envs.async_reset()
     torch.manual_seed(0)
     agent = Agent(envs.envs.single_action_space.n)
-    storage = new_storage(num_rows, batch, (4, 84, 84), torch.uint8, "cpu")
+    storage = new_storage(num_rows, batch, (4, 84, 84), obs_dtype=torch.uint8, device="cpu")
     episode_returns = np.zeros(num_envs)
     rng = np.random.default_rng(0)
     counts = dict(life_losses=0, truncations=0, stale=0)
@@ -204,7 +204,7 @@ def test_overlap_update_equals_serial_update():
         envs = make_env("Breakout-v5", 8, 1, batch_size=4)
         envs.async_reset()
         actor = copy.deepcopy(agent)
-        storage = new_storage(48, 4, (4, 84, 84), torch.uint8, "cpu")
+        storage = new_storage(48, 4, (4, 84, 84), obs_dtype=torch.uint8, device="cpu")
         with ThreadPoolExecutor(max_workers=1) as actor_thread:
             rollout = actor_thread.submit(collect_rollout, envs, actor, storage, np.zeros(8))
             ppo_update(learner, optimizer, batch, args, torch.Generator().manual_seed(3))
