@@ -45,6 +45,8 @@ class Row:
 
 
 OFF_POLICY = ["--env-id", "Hopper-v4", "--learning-starts", "1000", "--buffer-size", "100000"]
+# no replay in the checkpoint: it does not change SPS, and four 1M-capacity buffers at once (7 GB each) fill a disk
+DQN_ATARI = ["--env-id", "Pong-v5", "--learning-starts", "1000", "--no-checkpoint-buffer"]
 OLD_LEVERS = ["--precision", "fp32", "--torch-threads", str(len(os.sched_getaffinity(0)))]
 ROWS = [
     Row("ppo_atari_envpool", ["cleanrl/ppo_atari_envpool.py", "--env-id", "Pong-v5"], "CleanRL layout",
@@ -57,10 +59,8 @@ ROWS = [
         ["benchmark/ppo_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
     Row("ppo_atari_envpool_xla_jax", ["cleanrl/ppo_atari_envpool_xla_jax.py", "--env-id", "Pong-v5"], "CleanRL layout (torch)",
         ["benchmark/ppo_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
-    Row("dqn_atari_envpool", ["cleanrl/dqn_atari_envpool.py", "--env-id", "Pong-v5", "--learning-starts", "1000"],
-        "the script, fp32, threads = cores",
-        ["cleanrl/dqn_atari_envpool.py", "--env-id", "Pong-v5", "--learning-starts", "1000", "--channels-last", "off",
-         *OLD_LEVERS], 5000, 2000, 3000),
+    Row("dqn_atari_envpool", ["cleanrl/dqn_atari_envpool.py", *DQN_ATARI], "the script, fp32, threads = cores",
+        ["cleanrl/dqn_atari_envpool.py", *DQN_ATARI, "--channels-last", "off", *OLD_LEVERS], 5000, 2000, 3000),
     Row("sac_continuous_action_envpool", ["cleanrl/sac_continuous_action_envpool.py", *OFF_POLICY], "CleanRL layout",
         ["benchmark/sac_continuous_action_cleanrl_layout.py", *OFF_POLICY], 4000, 2000, 3000),
     Row("td3_continuous_action_envpool", ["cleanrl/td3_continuous_action_envpool.py", *OFF_POLICY],
@@ -184,15 +184,15 @@ def main() -> None:
         sys.exit(f"error: --only {args.only!r} names no row; rows: {', '.join(row.script for row in ROWS)}")
     model, isa = cpu_model_and_isa()
     print(f"machine: {model}, {len(os.sched_getaffinity(0))} cores, ISA {isa}", flush=True)
-    new_rows = {}
-    with tempfile.TemporaryDirectory() as log_dir:
-        for row in chosen:
+    for row in chosen:
+        # each row written as soon as it is measured (a stopped invocation keeps the rows it finished), and its run
+        # folders removed (DQN Atari's checkpoints hold GBs of replay)
+        with tempfile.TemporaryDirectory() as log_dir:
             line = table_row(row, measure(row, args.steps_scale, log_dir, args.idle_only), model, isa)
-            print(line, flush=True)
-            new_rows[row_key(line)] = line
-    if not args.no_write:
-        write_rows(new_rows)
-        print(f"wrote {len(new_rows)} rows to {os.path.relpath(TABLE, REPO)}")
+        print(line, flush=True)
+        if not args.no_write:
+            write_rows({row_key(line): line})
+            print(f"wrote the row to {os.path.relpath(TABLE, REPO)}", flush=True)
 
 
 if __name__ == "__main__":

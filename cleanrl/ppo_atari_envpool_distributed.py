@@ -353,6 +353,13 @@ def loss_module(agent: Agent, args: Args, device: torch.device, timer: CommTimer
     return ddp
 
 
+def kl_says_stop(approx_kl: torch.Tensor, target_kl: float | None, device: torch.device) -> bool:
+    """--target-kl's early stop, decided on the mean KL over processes: every process stops at the same epoch, or
+    DDP's all-reduces would pair one process's next minibatch with another's next iteration (a hang, or mixed-up
+    gradients)."""
+    return target_kl is not None and all_reduce_mean([approx_kl.item()], device)[0] > target_kl
+
+
 if __name__ == "__main__":
     rank, world_size, local_rank, local_world_size = world_from_env()
     if rank != 0:  # process 0 prints the run's lines (folder, progress); the others only their own errors
@@ -514,9 +521,7 @@ if __name__ == "__main__":
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
 
-            # decided on the mean over processes: every process stops at the same epoch, or DDP's all-reduces would pair
-            # one process's next minibatch with another's next iteration
-            if args.target_kl is not None and all_reduce_mean([stats["approx_kl"].item()], device)[0] > args.target_kl:
+            if kl_says_stop(stats["approx_kl"], args.target_kl, device):
                 break
         update_end = time.perf_counter()
 

@@ -29,8 +29,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from cleanrl_utils.run import check_writable_dir
-
 
 @dataclass
 class BenchmarkArgs:
@@ -246,7 +244,9 @@ def stopped_summary(runs: list[Run], signum: int) -> list[str]:
 
 
 def main() -> None:
-    import tyro
+    import tyro  # here, not at the top: a Ctrl-C while it loads is caught by run_from_command_line
+
+    from cleanrl_utils.run import check_writable_dir
 
     args = tyro.cli(BenchmarkArgs)
     if args.workers <= 0:
@@ -274,5 +274,15 @@ def main() -> None:
     print(f"all {len(runs)} runs finished; logs in {args.log_dir}")
 
 
+def run_from_command_line() -> None:
+    """main(), with a Ctrl-C that lands before the sweep starts (while tyro and the plan load, before the runner
+    takes the signals over) said in one line, exit 130, instead of a KeyboardInterrupt traceback."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C) before any run started; nothing ran", file=sys.stderr, flush=True)
+        sys.exit(130)
+
+
 if __name__ == "__main__":
-    main()
+    run_from_command_line()

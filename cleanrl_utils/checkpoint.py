@@ -47,10 +47,31 @@ def write_atomically(path: str, write: Callable) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
-    except BaseException:  # a full disk or a KeyboardInterrupt: the half-written file is as large as a checkpoint
+    except BaseException as error:  # a full disk or a KeyboardInterrupt: the half-written file is as large as a checkpoint
+        written = os.path.getsize(tmp_path) if os.path.exists(tmp_path) else 0
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
-        raise
+        cause = os_error_in(error)
+        if cause is None or isinstance(error, KeyboardInterrupt | SystemExit):
+            raise
+        # A full disk, a quota, a vanished network folder: the user's to fix, so one line, not torch's zip-writer trace
+        sys.exit(
+            f"error: could not write {path} ({cause.strerror or cause}, after {written / 1e9:.2f} GB); the previous "
+            "file there, if any, is as it was. Free space there (a DQN Atari checkpoint holds its replay: "
+            "--no-checkpoint-buffer leaves it out) and resume"
+        )
+
+
+def os_error_in(error: BaseException) -> OSError | None:
+    """The OSError behind `error`: itself, or one it was raised from or while handling (torch.save reports a full
+    disk as a RuntimeError from its zip writer, raised while handling the OSError)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def remove_interrupted_saves(path: str) -> None:

@@ -11,6 +11,7 @@ failure into one line and exit 1.
 
 import contextlib
 import datetime
+import json
 import os
 import signal
 import sys
@@ -43,7 +44,22 @@ def only_first_local_rank_speaks(local_rank: int):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # torchrun's SIGTERM after the first process exits: silent
             time.sleep(10)
             os._exit(1)
+        if isinstance(error.code, str):
+            tell_the_launcher(error.code)
         raise
+
+
+def tell_the_launcher(line: str) -> None:
+    """torchrun ends with its own failure report (a ChildFailedError traceback). Its "Root Cause" shows what the
+    first failed process wrote to the file torchrun names in TORCHELASTIC_ERROR_FILE, else only a link to its docs:
+    this writes the one-line error there, so the report ends on that line instead of burying it. No-op elsewhere."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        try:
+            with open(path, "w") as f:
+                json.dump({"message": line, "timestamp": int(time.time())}, f)
+        except OSError:
+            pass  # the line is on stderr already
 
 
 def init_distributed(timeout_seconds: float, cuda: bool) -> torch.device:
@@ -135,11 +151,13 @@ def exit_on_lost_peer(rank: int, world_size: int, timeout_seconds: float) -> Non
         message = " ".join(str(error).split())
         if distributed() and isinstance(error, RuntimeError) and any(w in message.lower() for w in LOST_PEER_WORDS):
             reason = message.rsplit("] ", 1)[-1].split(". ")[0][:160]  # gloo: "[file.cc:553] What happened. Advice."
-            sys.stderr.write(
+            line = (
                 f"error: process {rank} of {world_size} lost contact with the others ({reason}): another process "
-                f"died or hung for over --dist-timeout {timeout_seconds:g} s; the last checkpoint written stays valid\n"
+                f"died or hung for over --dist-timeout {timeout_seconds:g} s; a checkpoint saved before, if any, "
+                "stays valid (saves are atomic)"
             )
-            sys.stderr.flush()
+            print(line, file=sys.stderr, flush=True)
+            tell_the_launcher(line)
             os._exit(1)  # not sys.exit: gloo's threads may still wait on the dead peer
         default_hook(kind, error, tb)
 

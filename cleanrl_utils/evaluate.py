@@ -15,6 +15,7 @@ env factory are imported from the script itself: evaluation plays exactly what t
 
 import functools
 import importlib
+import itertools
 import os
 import re
 import sys
@@ -267,6 +268,12 @@ def evaluate_ppo_continuous_action(
     return returns
 
 
+def policy_calls():
+    """0, 1, 2, ...: the JAX evaluators' key for call n is fold_in(PRNGKey(seed), n), a stream without end (a
+    pre-split array of 10^6 keys ran out in long evaluations: 32 Atari games of up to 27,000 steps each)."""
+    return itertools.count()
+
+
 def evaluate_atari_envpool_xla_jax(
     checkpoint: dict, episodes: int, seed: int, device, greedy: bool, video_dir=None
 ) -> list[float]:
@@ -282,13 +289,14 @@ def evaluate_atari_envpool_xla_jax(
     )
     params = checkpoint["model_state_dict"]
 
-    @jax.jit
-    def policy(obs, key):
-        logits, _ = agent.apply(params, obs)
-        return logits.argmax(-1) if greedy else jax.random.categorical(key, logits)
+    base_key, calls = jax.random.PRNGKey(seed), policy_calls()
 
-    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 10**6))
-    return play(envs, lambda obs: np.asarray(policy(obs, next(keys))), episodes, atari=True, video_dir=video_dir)
+    @jax.jit
+    def policy(obs, call):
+        logits, _ = agent.apply(params, obs)
+        return logits.argmax(-1) if greedy else jax.random.categorical(jax.random.fold_in(base_key, call), logits)
+
+    return play(envs, lambda obs: np.asarray(policy(obs, next(calls))), episodes, atari=True, video_dir=video_dir)
 
 
 def evaluate_continuous_action_envpool_xla_jax(
@@ -306,17 +314,18 @@ def evaluate_continuous_action_envpool_xla_jax(
     params = checkpoint["model_state_dict"]
     obs_rms = script.RunningMeanStd(**{name: np.asarray(checkpoint["obs_rms"][name]) for name in ("mean", "var", "count")})
 
+    base_key, calls = jax.random.PRNGKey(seed), policy_calls()
+
     @jax.jit
-    def policy(obs, key):
+    def policy(obs, call):
         action_mean, action_logstd, _ = agent.apply(params, script.normalize_obs(obs, obs_rms, train_args["obs_clip"]))
         if greedy:
             return action_mean
-        return action_mean + jax.numpy.exp(action_logstd) * jax.random.normal(key, action_mean.shape)
-
-    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 10**6))
+        noise = jax.random.normal(jax.random.fold_in(base_key, call), action_mean.shape)
+        return action_mean + jax.numpy.exp(action_logstd) * noise
 
     def act(obs: np.ndarray) -> np.ndarray:
-        action = np.asarray(policy(obs.astype(np.float32), next(keys)), dtype=np.float64)
+        action = np.asarray(policy(obs.astype(np.float32), next(calls)), dtype=np.float64)
         return np.clip(action, action_space.low, action_space.high)
 
     returns = play(envs, act, episodes)
@@ -479,7 +488,18 @@ def evaluate(
         sys.exit(f"error: no evaluator for script {script!r}; known: {', '.join(sorted(EVALUATORS))}")
     device = torch.device("cuda" if torch.cuda.is_available() and cuda else "cpu")
     exploration = {"epsilon": epsilon} if script in EPSILON_GREEDY else {}
-    return EVALUATORS[script](checkpoint, episodes, seed, device, greedy, video_dir, **exploration)
+    try:
+        return EVALUATORS[script](checkpoint, episodes, seed, device, greedy, video_dir, **exploration)
+    except (RuntimeError, KeyError, AttributeError, ValueError, TypeError) as error:
+        # A file whose weights, normaliser or args do not fit the network and env its script builds (written by
+        # another script, or edited): load_state_dict's size mismatches, a missing key, an Atari id given to a
+        # MuJoCo factory. One line, with the start of what failed (load_state_dict's details are on its later lines).
+        first_line = " ".join(str(error).split())[:300]
+        env_id = checkpoint["args"].get("env_id")
+        sys.exit(
+            f"error: --model-path {model_path!r} does not fit the network and env that {script} builds for "
+            f"{env_id!r} ({type(error).__name__}: {first_line}); was it written by another script, or edited?"
+        )
 
 
 def kept_checkpoints(run_dir: str) -> list[tuple[int, str]]:

@@ -3,6 +3,7 @@ its CPU thread count: the plumbing every script shares, one small function or cl
 """
 
 import os
+import re
 import sys
 import time
 
@@ -20,6 +21,7 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
     if checkpoint_path is not None:
         run_dir = os.path.dirname(os.path.abspath(checkpoint_path))
         check_resumable_dir(run_dir, checkpoint_path)
+        check_resumes_the_latest(run_dir, checkpoint_path)
         print(f"run folder: {run_dir}", flush=True)
         return os.path.basename(run_dir), run_dir
     check_exp_name(args.exp_name)
@@ -71,6 +73,43 @@ def check_resumable_dir(run_dir: str, checkpoint_path: str) -> None:
             f"error: --resume {checkpoint_path!r} is in a folder this run cannot write to ({type(error).__name__}: "
             f"{error.strerror}); copy the run folder somewhere writable and resume from the copy"
         )
+
+
+# A checkpoint kept by --keep-checkpoints (checkpoint.kept_checkpoint_path): checkpoint-<step, 9+ digits>.<ext>
+KEPT_CHECKPOINT = re.compile(r"checkpoint-(\d{9,})(\.\w+)")
+
+
+def check_resumes_the_latest(run_dir: str, checkpoint_path: str) -> None:
+    """A resumed run continues in its checkpoint's folder: it rewrites checkpoint.<ext>, keeps new checkpoints and
+    drops the logged scalars past its step. From an older kept checkpoint of a run that went on, that would destroy
+    the newer lineage and mix the two: refuse in one line that says how to branch instead (a copy in a new folder)."""
+    match = KEPT_CHECKPOINT.fullmatch(os.path.basename(checkpoint_path))
+    if match is None:
+        return
+    step, ext = int(match.group(1)), match.group(2)
+    newer = sorted(
+        name
+        for name in os.listdir(run_dir)
+        if (kept := KEPT_CHECKPOINT.fullmatch(name)) and kept.group(2) == ext and int(kept.group(1)) > step
+    )
+    latest = os.path.join(run_dir, f"checkpoint{ext}")
+    if os.path.exists(latest) and not same_checkpoint(latest, checkpoint_path):
+        newer.append(f"checkpoint{ext}")
+    if newer:
+        branch = f"{run_dir}-from-{step}"
+        sys.exit(
+            f"error: --resume {checkpoint_path!r} is an older checkpoint of a run that went on ({', '.join(newer)}); "
+            f"resuming it in place would overwrite that lineage. To branch from it: mkdir {branch} && "
+            f"cp {checkpoint_path} {branch}/checkpoint{ext}, then --resume {branch}/checkpoint{ext}"
+        )
+
+
+def same_checkpoint(a: str, b: str) -> bool:
+    """The same file (a kept checkpoint is a hard link to checkpoint.<ext> when saved), or a byte-equal copy (the
+    fallback where the file system has no hard links)."""
+    import filecmp
+
+    return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
 
 
 def check_writable_dir(path: str, flag: str) -> None:

@@ -161,3 +161,39 @@ ATARI_TAGS = {
     "losses/clipfrac",
     "losses/explained_variance",
 }
+
+
+def assert_evaluates_whole_games_of_its_weights(model_path: str, head: str, action: int, tmp_dir: str) -> None:
+    """The saved Atari model at `model_path`, its `head` layer ("actor" or "q_head") rewritten to always prefer
+    `action`, evaluated greedily for 2 games: the returns must equal a replay by brute force, in the script's own
+    env on the same seeds, of that constant action until each env's first game over (all lives, unclipped
+    rewards) or time limit. Fails if the evaluator ignored the weights, cut a game at a life loss, summed clipped
+    rewards, or mixed envs up."""
+    import importlib
+
+    import numpy as np
+    import torch
+
+    from cleanrl_utils.evaluate import evaluate
+
+    saved = torch.load(model_path, weights_only=True)
+    weights = saved["model_state_dict"]
+    weights[f"{head}.weight"].zero_()
+    weights[f"{head}.bias"].zero_()
+    weights[f"{head}.bias"][action] = 1.0
+    constant = os.path.join(tmp_dir, "constant_action.cleanrl_model")
+    torch.save(saved, constant)
+    returns = evaluate(constant, episodes=2, seed=1, greedy=True, cuda=False)
+
+    train_args = saved["args"]
+    envs = importlib.import_module(f"cleanrl.{saved['script']}").make_env(
+        train_args["env_id"], 2, 1, train_args["max_episode_steps"]
+    )
+    envs.reset()
+    totals, over = np.zeros(2), np.zeros(2, dtype=bool)
+    while not over.all():
+        _, _, _, truncated, info = envs.step(np.full(2, action))
+        totals += info["reward"] * ~over
+        over |= info["terminated"].astype(bool) | truncated
+    envs.close()
+    assert returns == totals.tolist(), (returns, totals)

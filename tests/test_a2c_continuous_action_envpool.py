@@ -168,6 +168,22 @@ def test_kept_checkpoints_evaluate_one_by_one_and_name_the_best(pendulum_run):
     assert lines[-1] == f"best: step {best_step:,}, mean return {means[best_step]:.2f} (of 4 kept checkpoints)"
 
 
+def test_an_older_kept_checkpoint_resumes_only_as_a_branch(pendulum_run, tmp_path):
+    """Resuming checkpoint-000032000.pt in place would overwrite the run that went on to 100,000 steps: one line,
+    every file as it was. The branch the line describes (a copy in a new folder) resumes from step 32,000."""
+    files = {name: open(os.path.join(pendulum_run, name), "rb").read() for name in os.listdir(pendulum_run)}
+    older = os.path.join(pendulum_run, "checkpoint-000032000.pt")
+    result = run_script(SCRIPT, "--resume", older, "--total-timesteps", "33600")
+    assert_one_error_line(result, [f"error: --resume {older!r} is an older checkpoint", f"mkdir {pendulum_run}-from-32000"])
+    assert {name: open(os.path.join(pendulum_run, name), "rb").read() for name in os.listdir(pendulum_run)} == files
+    branch = tmp_path / "branch"
+    branch.mkdir()
+    shutil.copy(older, branch / "checkpoint.pt")
+    result = run_script(SCRIPT, "--resume", str(branch / "checkpoint.pt"), "--total-timesteps", "33600")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert torch.load(branch / "checkpoint.pt", weights_only=True)["global_step"] == 33_600
+
+
 @pytest.mark.parametrize(
     "args,expected",
     [

@@ -8,7 +8,14 @@ import os
 import numpy as np
 import pytest
 import torch
-from helpers import assert_one_error_line, decoded_video, only_run_dir, read_scalars, run_script
+from helpers import (
+    assert_evaluates_whole_games_of_its_weights,
+    assert_one_error_line,
+    decoded_video,
+    only_run_dir,
+    read_scalars,
+    run_script,
+)
 
 from cleanrl.dqn_atari_envpool import QNetwork, ReplayBuffer, make_env, td_loss, updates_due
 
@@ -229,13 +236,15 @@ def test_short_run_tags_and_determinism(tmp_path):
 
 
 def test_checkpoint_holds_the_buffer_and_resume_continues_with_it(tmp_path):
-    result = run_script(SCRIPT, *SHORT, "--log-dir", str(tmp_path / "with"), timeout=300)
+    # a 100-step time limit: the replay then holds stale steps after life losses and after time limits
+    result = run_script(SCRIPT, *SHORT, "--max-episode-steps", "100", "--log-dir", str(tmp_path / "with"), timeout=300)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path / "with")
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     assert checkpoint["replay_buffer"]["env_steps"] == 3000 and checkpoint["replay_buffer"]["num_obs"] == 3001
     assert checkpoint["replay_buffer"]["frames"].shape == (4000, 1, 84, 84)
+    assert_replay_keeps_every_stale_step_out(checkpoint["replay_buffer"])
     with_buffer_bytes = os.path.getsize(checkpoint_path)
 
     # Resumed with its buffer: training goes on at once (a loss logged within the first 1,000 steps).
@@ -268,7 +277,8 @@ def test_saved_model_evaluates_and_films(tmp_path):
 
     video_dir = str(tmp_path / "videos")
     returns = evaluate(model, episodes=2, seed=1, video_dir=video_dir, epsilon=0.05)
-    assert len(returns) == 2 and all(r >= 0 for r in returns)
+    assert len(returns) == 2
+    assert_evaluates_whole_games_of_its_weights(model, "q_head", action=1, tmp_dir=str(tmp_path))  # FIRE: 5 lives lost
     frames = decoded_video(os.path.join(video_dir, "eval-episode-0.mp4"))
     assert frames.shape[0] > 10 and frames.std() > 1
 
@@ -363,3 +373,21 @@ def test_a_resumed_buffer_is_not_counted_twice_by_the_memory_check(monkeypatch):
     for fresh_or_no_buffer in (None, {"replay_buffer": {}}):
         with pytest.raises(SystemExit, match="error: the replay buffer needs 0.7 GiB, more than"):
             validate_args(args, fresh_or_no_buffer)
+
+
+def assert_replay_keeps_every_stale_step_out(replay: dict) -> None:
+    """Wired through the main loop (issue 25: its stale flag replaced by all-false went unnoticed): in the replay of a
+    real run, a transition is sampleable exactly when the one before it did not end an episode: neither a termination
+    or life loss (stored done) nor a game reset (time limit or game over: the stale step returns the reset
+    observation, which starts a game). Both kinds, and a time limit, must have happened."""
+    dones, valid, starts = (replay[name].numpy() for name in ("dones", "valid", "game_start"))
+    num_obs = int(replay["num_obs"])
+    assert num_obs <= len(dones)  # no ring wrap: slot k is observation k
+    for env in range(dones.shape[1]):
+        for k in range(num_obs - 1):  # transition k leaves observation k
+            stale = k > 0 and (dones[k - 1, env] or starts[k + 1, env])
+            assert valid[k, env] == (not stale), (env, k)
+        assert not valid[num_obs - 1, env]  # the newest observation has no transition yet
+    life_losses = dones[: num_obs - 2] & ~starts[2:num_obs]
+    time_limits = starts[2:num_obs] & ~dones[: num_obs - 2]
+    assert life_losses.any() and time_limits.any(), (life_losses.sum(), time_limits.sum())

@@ -192,7 +192,6 @@ def test_bf16_network_stays_close_to_fp32():
     assert (h16 - h32).abs().max() <= 0.05 * h32.abs().max()
 
 
-
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_trunk_is_the_nature_cnn_on_obs_over_255(channels_last):
     """The trunk folds x / 255 into conv1's weight and reads channels-last minibatches: its outputs and every
@@ -215,6 +214,7 @@ def test_trunk_is_the_nature_cnn_on_obs_over_255(channels_last):
     torch.testing.assert_close(hidden, expected, rtol=1e-4, atol=1e-5)
     for grad, expected_grad in zip(grads, expected_grads):
         torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-4 * expected_grad.abs().max().item())
+
 
 SHORT_RUN = [
     "--env-id",

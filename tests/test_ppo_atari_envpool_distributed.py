@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cleanrl.ppo_atari_envpool_distributed import Agent, Args, loss_module, ppo_loss  # noqa: E402
+from cleanrl.ppo_atari_envpool_distributed import Agent, Args, kl_says_stop, loss_module, ppo_loss  # noqa: E402
 from cleanrl_utils.distributed import init_distributed, local_env_seed  # noqa: E402
 
 SCRIPT = "ppo_atari_envpool_distributed"
@@ -60,6 +60,11 @@ def gradient_worker(out_dir: str) -> None:
         loss, _ = ddp(*half)
         loss.backward()
         torch.save([p.grad for p in agent.parameters()], os.path.join(out_dir, f"grads_{norm_adv}_{rank}.pt"))
+    # --target-kl 0.002, rank 1's KL 0: rank 0's 0.003 alone would stop, the mean 0.0015 goes on; 0.005 (mean 0.0025)
+    # stops both; no target never stops
+    kl = [0.003, 0.005, 0.005] if rank == 0 else [0.0, 0.0, 0.0]
+    stops = [kl_says_stop(torch.tensor(kl[i]), target, device) for i, target in enumerate((0.002, 0.002, None))]
+    torch.save(stops, os.path.join(out_dir, f"kl_stops_{rank}.pt"))
     torch.distributed.destroy_process_group()
 
 
@@ -70,7 +75,15 @@ if __name__ == "__main__":
 # ---- the tests (pytest) ----
 
 import pytest  # noqa: E402
-from helpers import ATARI_TAGS, REPO, assert_one_error_line, only_run_dir, read_scalars, run_script  # noqa: E402
+from helpers import (  # noqa: E402
+    ATARI_TAGS,
+    REPO,
+    assert_evaluates_whole_games_of_its_weights,
+    assert_one_error_line,
+    only_run_dir,
+    read_scalars,
+    run_script,
+)  # noqa: E402
 
 SCRIPT_PATH = os.path.join(REPO, "cleanrl", f"{SCRIPT}.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -163,7 +176,8 @@ def ddp_gradients(tmp_path_factory):
     command = [*TORCHRUN, os.path.abspath(__file__), str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, **ONE_THREAD}, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
-    return {(norm, rank): torch.load(out / f"grads_{norm}_{rank}.pt") for norm in (True, False) for rank in (0, 1)}
+    grads = {(norm, rank): torch.load(out / f"grads_{norm}_{rank}.pt") for norm in (True, False) for rank in (0, 1)}
+    return grads | {("kl_stops", rank): torch.load(out / f"kl_stops_{rank}.pt") for rank in (0, 1)}
 
 
 def single_process_gradients(minibatch, norm_adv: bool) -> list[torch.Tensor]:
@@ -193,6 +207,12 @@ def test_without_advantage_normalisation_ddp_gradient_is_the_whole_batch_gradien
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     normalised = single_process_gradients(fixed_batch()[2], norm_adv=True)
     assert any((a - b).abs().max() > 1e-4 for a, b in zip(ddp_gradients[(True, 0)], normalised))
+
+
+def test_the_target_kl_stop_is_decided_on_the_mean_kl_on_every_rank(ddp_gradients):
+    """Issue 25: a per-rank decision survived every test, because in the smoke run both ranks stop at the same epoch
+    anyway. Here rank 0's KL alone is above the target and the mean is not: both ranks must go on."""
+    assert ddp_gradients["kl_stops", 0] == ddp_gradients["kl_stops", 1] == [False, True, False]
 
 
 # ---- seeds ----
@@ -250,7 +270,7 @@ def test_torchrun_ranks_play_disjoint_env_seeds(smoke_run):
     assert "2 process(es) x 4 envs (gloo); env seeds rank 0: 5..8, rank 1: 9..12" in result.stdout, result.stdout
 
 
-def test_torchrun_saved_model_evaluates(smoke_run):
+def test_torchrun_saved_model_evaluates(smoke_run, tmp_path):
     from cleanrl_utils.evaluate import evaluate
 
     _, run_dir = smoke_run
@@ -258,7 +278,8 @@ def test_torchrun_saved_model_evaluates(smoke_run):
     saved = torch.load(model_path, weights_only=True)
     assert saved["script"] == SCRIPT and not any(k.startswith("module.") for k in saved["model_state_dict"])
     returns = evaluate(model_path, episodes=2, seed=1)
-    assert len(returns) == 2 and all(r == int(r) for r in returns)
+    assert len(returns) == 2
+    assert_evaluates_whole_games_of_its_weights(model_path, "actor", action=2, tmp_dir=str(tmp_path))
 
 
 def test_plain_python_trains_exactly_as_the_sync_script(tmp_path):
@@ -357,8 +378,11 @@ def test_bad_input_gives_one_clear_line(args, expected):
 
 def test_bad_input_under_torchrun_is_said_once():
     """2 ranks x 4 envs x 128 steps = 1,024 > 1,000: fine for one process, not for two. Every rank checks, the first
-    process says it (the launcher then adds its own failure report)."""
+    process says it, and the launcher's own failure report names it as the root cause (issue 25: buried under
+    ChildFailedError)."""
     result = torchrun(*PONG, "--total-timesteps", "1000", timeout=120)
     assert result.returncode != 0
     lines = error_lines(result.stderr)
     assert len(lines) == 1 and "one rollout of all 2 processes" in lines[0] and "--total-timesteps 1000" in lines[0], lines
+    # torchrun's own failure report comes last: its root cause is that line, not a link to torchrun's docs
+    assert f"traceback : {lines[0]}" in result.stderr, result.stderr[-3000:]

@@ -2,6 +2,7 @@
 and its one-line errors."""
 
 import glob
+import itertools
 import os
 import subprocess
 import sys
@@ -138,3 +139,50 @@ def test_many_episodes_play_in_rounds_on_a_bounded_number_of_envs(tmp_path, monk
     assert env_counts == [evaluate_module.MAX_EVAL_ENVS]
     assert len(returns) == episodes and all(r >= 1 for r in returns)  # CartPole pays 1 per step: every episode ran
     assert len(set(returns)) > 10  # the later rounds play new episodes, not the first round's again
+
+
+def test_a_model_that_does_not_fit_its_script_gives_one_line(tmp_path):
+    """Issue 25, traceback 6: weights, normaliser or env that do not fit the network the recorded script builds
+    (another script's file, or an edited one) gave raw load_state_dict errors and AttributeError."""
+    from cleanrl import ppo_atari_envpool, ppo_continuous_action_envpool
+
+    def saved(path, script, args, **parts):
+        torch.save({"script": script, "args": vars(args)} | parts, tmp_path / path)
+        return str(tmp_path / path)
+
+    hopper = ppo_continuous_action_envpool.Agent(11, 3)
+    rms = ppo_continuous_action_envpool.RunningMeanStd((11,)).state_dict()
+    hopper_args = ppo_continuous_action_envpool.Args(env_id="Hopper-v4")
+    pong = ppo_atari_envpool.Agent(6).state_dict()
+    cases = {
+        # Hopper's weights recorded as HalfCheetah's (17 observations, 6 actions): size mismatch
+        saved("cheetah.cleanrl_model", "ppo_continuous_action_envpool", ppo_continuous_action_envpool.Args(env_id="HalfCheetah-v4"),
+              model_state_dict=hopper.state_dict(), obs_rms=rms): ("'HalfCheetah-v4'", "RuntimeError", "size mismatch"),
+        # without its observation normaliser
+        saved("no_rms.cleanrl_model", "ppo_continuous_action_envpool", hopper_args, model_state_dict=hopper.state_dict()):
+            ("'Hopper-v4'", "KeyError"),
+        # PPO's Atari weights under DQN's name: missing and unexpected keys
+        saved("dqn.cleanrl_model", "dqn_atari_envpool", ppo_atari_envpool.Args(env_id="Pong-v5"), model_state_dict=pong):
+            ("dqn_atari_envpool builds for 'Pong-v5'", "RuntimeError"),
+        # PPO's Atari weights recorded with a MuJoCo id
+        saved("mujoco.cleanrl_model", "ppo_atari_envpool", ppo_atari_envpool.Args(env_id="Hopper-v4"), model_state_dict=pong):
+            ("ppo_atari_envpool builds for 'Hopper-v4'",),
+    }  # fmt: skip
+    for path, fragments in cases.items():
+        one_line_exit(
+            lambda: evaluate_module.evaluate(path, episodes=1, cuda=False),
+            f"error: --model-path {path!r} does not fit",
+            *fragments,
+            "another script",
+        )
+
+
+def test_jax_evaluation_draws_keys_past_a_million_policy_calls(jax_run, monkeypatch):
+    """The JAX evaluators drew from a pre-split array of 10^6 keys; a long evaluation (32 Atari games of up to
+    27,000 steps) ran out. Started as if 10^6 calls had been made already, it still plays, and sampled (not greedy)
+    actions differ from those of the first calls."""
+    model_path = glob.glob(os.path.join(jax_run, "*.cleanrl_model"))[0]
+    first = evaluate_module.evaluate(model_path, episodes=2, seed=3, cuda=False)
+    monkeypatch.setattr(evaluate_module, "policy_calls", lambda: itertools.count(10**6))
+    late = evaluate_module.evaluate(model_path, episodes=2, seed=3, cuda=False)
+    assert len(late) == 2 and late != first

@@ -323,3 +323,35 @@ def test_a_real_resume_into_a_read_only_run_folder_gives_one_line(tmp_path):
         subprocess.run(unlock, check=True) if unlock else os.chmod(run_dir, 0o755)
     assert_one_error_line(result, [f"--resume {checkpoint!r} is in a folder this run cannot write to (PermissionError"])
     assert sorted(os.listdir(run_dir)) == before  # was: a PermissionError traceback
+
+
+# ---- resuming an older kept checkpoint (issue 25, lost work 3) ----
+
+
+def test_resuming_an_older_kept_checkpoint_is_refused_with_how_to_branch(tmp_path):
+    """Resuming writes into the checkpoint's folder from its step on. From checkpoint-000000100.pt of a run that went
+    on to step 200 that would overwrite checkpoint.pt and the newer kept file: one line, nothing touched. The latest
+    kept file (a hard link to checkpoint.pt, or a byte-equal copy where the file system has no hard links) and
+    checkpoint.pt itself resume as before."""
+    run_dir = tmp_path / "CartPole-v1__ppo__1__1700000000"
+    run_dir.mkdir()
+    (run_dir / "checkpoint-000000100.pt").write_bytes(b"step 100")
+    (run_dir / "checkpoint-000000200.pt").write_bytes(b"step 200")
+    os.link(run_dir / "checkpoint-000000200.pt", run_dir / "checkpoint.pt")
+    before = {path.name: path.read_bytes() for path in run_dir.iterdir()}
+    older = str(run_dir / "checkpoint-000000100.pt")
+    branch = f"{run_dir}-from-100"
+    one_line_exit(
+        lambda: run_folder(run_args("runs"), older),
+        f"error: --resume {older!r} is an older checkpoint of a run that went on (checkpoint-000000200.pt, checkpoint.pt)",
+        f"To branch from it: mkdir {branch} && cp {older} {branch}/checkpoint.pt, then --resume {branch}/checkpoint.pt",
+    )
+    assert {path.name: path.read_bytes() for path in run_dir.iterdir()} == before
+    for latest in ("checkpoint-000000200.pt", "checkpoint.pt"):
+        assert run_folder(run_args("runs"), str(run_dir / latest))[1] == str(run_dir)
+    (run_dir / "checkpoint.pt").unlink()  # the copy fallback: equal bytes, another file
+    (run_dir / "checkpoint.pt").write_bytes(b"step 200")
+    assert run_folder(run_args("runs"), str(run_dir / "checkpoint-000000200.pt"))[1] == str(run_dir)
+    (run_dir / "checkpoint-000000200.pt").unlink()  # checkpoint.pt alone is newer than the kept file
+    one_line_exit(lambda: run_folder(run_args("runs"), older), "went on (checkpoint.pt)")
+    assert run_folder(run_args("runs"), str(run_dir / "checkpoint.msgpack"))[1] == str(run_dir)  # other format: its own

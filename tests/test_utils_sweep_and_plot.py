@@ -612,3 +612,18 @@ def test_plot_into_an_unwritable_output_dir_gives_one_line(tmp_path, where):
         cwd=REPO,
     )
     assert_one_error_line(result, [f"--output-dir {output_dir!r} is not a writable folder ("])  # was: a traceback
+
+
+def test_ctrl_c_before_the_sweep_starts_gives_one_line():
+    """Issue 25, traceback 4: a Ctrl-C while the runner still loads (tyro, the plan), before it takes the signals
+    over, printed a KeyboardInterrupt traceback. Here tyro's parser is interrupted, as a Ctrl-C there would."""
+    code = (
+        "import sys, tyro, cleanrl_utils.benchmark as runner\n"
+        "def interrupted(*args, **kwargs): raise KeyboardInterrupt\n"
+        "tyro.cli = interrupted\n"
+        "sys.argv = ['benchmark', '--command', 'true']\n"
+        "runner.run_from_command_line()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == "error: interrupted (Ctrl-C) before any run started; nothing ran"
