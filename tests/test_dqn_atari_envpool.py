@@ -278,7 +278,8 @@ def test_saved_model_evaluates_and_films(tmp_path):
     video_dir = str(tmp_path / "videos")
     returns = evaluate(model, episodes=2, seed=1, video_dir=video_dir, epsilon=0.05)
     assert len(returns) == 2
-    assert_evaluates_whole_games_of_its_weights(model, "q_head", action=1, tmp_dir=str(tmp_path))  # FIRE: 5 lives lost
+    # RIGHT scores 2 and 3 points in these two games, 0 and 2 of them before the first life is lost
+    assert_evaluates_whole_games_of_its_weights(model, "q_head", action=2, tmp_dir=str(tmp_path))
     frames = decoded_video(os.path.join(video_dir, "eval-episode-0.mp4"))
     assert frames.shape[0] > 10 and frames.std() > 1
 
