@@ -326,9 +326,10 @@ if __name__ == "__main__":
     # ALGO Logic: Storage setup. Observations stay uint8 (4x less memory traffic than float32).
     obs_dtype = torch.uint8 if args.uint8_obs else torch.float32
     # They are stored in the network's memory layout, so a minibatch converts dtype only, not layout.
-    obs_shape, layout = envs.single_observation_space.shape, torch.channels_last if agent.channels_last else None
+    obs_shape = envs.single_observation_space.shape
+    layout = torch.channels_last if agent.channels_last else torch.contiguous_format
     obs = torch.zeros((args.num_steps * args.num_envs,) + obs_shape, dtype=obs_dtype, device=device)
-    obs = obs.contiguous(memory_format=layout or torch.contiguous_format).view((args.num_steps, args.num_envs) + obs_shape)
+    obs = obs.contiguous(memory_format=layout).view((args.num_steps, args.num_envs) + obs_shape)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
     rewards = torch.zeros((args.num_steps, args.num_envs), device=device)

@@ -437,9 +437,10 @@ if __name__ == "__main__":
     obs_dtype = torch.uint8 if args.uint8_obs else torch.float32
     rows = (args.num_steps, args.local_num_envs)
     # Observations are kept in the network's memory layout, so a minibatch converts dtype only, not layout.
-    obs_shape, layout = envs.single_observation_space.shape, torch.channels_last if agent.channels_last else None
+    obs_shape = envs.single_observation_space.shape
+    layout = torch.channels_last if agent.channels_last else torch.contiguous_format
     obs = torch.zeros((args.num_steps * args.local_num_envs,) + obs_shape, dtype=obs_dtype, device=device)
-    obs = obs.contiguous(memory_format=layout or torch.contiguous_format).view(rows + obs_shape)
+    obs = obs.contiguous(memory_format=layout).view(rows + obs_shape)
     actions = torch.zeros(rows, dtype=torch.long, device=device)
     logprobs = torch.zeros(rows, device=device)
     rewards = torch.zeros(rows, device=device)

@@ -10,6 +10,7 @@ import dataclasses
 import numbers
 import os
 import random
+import re
 import sys
 import time
 import types
@@ -57,8 +58,8 @@ def write_atomically(path: str, write: Callable) -> None:
         # A full disk, a quota, a vanished network folder: the user's to fix, so one line, not torch's zip-writer trace
         sys.exit(
             f"error: could not write {path} ({cause.strerror or cause}, after {written / 1e9:.2f} GB); the previous "
-            "file there, if any, is as it was. Free space there (a DQN Atari checkpoint holds its replay: "
-            "--no-checkpoint-buffer leaves it out) and resume"
+            "file there, if any, is as it was. Free space there (a checkpoint that holds a replay buffer is the largest: "
+            "--no-checkpoint-buffer leaves it out where a script has it) and resume"
         )
 
 
@@ -93,6 +94,12 @@ def kept_checkpoint_path(path: str, global_step: int) -> str:
     that the files sort in training order (runs/<run>/checkpoint-000307200.pt)."""
     root, ext = os.path.splitext(path)
     return f"{root}-{global_step:09d}{ext}"
+
+
+def kept_checkpoint_step(name: str) -> tuple[int, str] | None:
+    """(global step, extension) of a file name kept_checkpoint_path writes (`checkpoint-000307200.pt`), else None."""
+    match = re.fullmatch(r"checkpoint-(\d+)(\.\w+)", name)
+    return (int(match.group(1)), match.group(2)) if match else None
 
 
 def save_torch(path: str, state: dict, progress=None, keep: bool = False) -> None:

@@ -17,15 +17,15 @@ import functools
 import importlib
 import itertools
 import os
-import re
 import sys
+import traceback
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import tyro
 
-from cleanrl_utils.checkpoint import upgrade_saved_args
+from cleanrl_utils.checkpoint import kept_checkpoint_step, upgrade_saved_args
 from cleanrl_utils.hardware import native_bf16, this_machine
 from cleanrl_utils.run import check_writable_dir, torch_threads
 from cleanrl_utils.video import record_gymnasium_episodes
@@ -493,7 +493,13 @@ def evaluate(
     except (RuntimeError, KeyError, AttributeError, ValueError, TypeError) as error:
         # A file whose weights, normaliser or args do not fit the network and env its script builds (written by
         # another script, or edited): load_state_dict's size mismatches, a missing key, an Atari id given to a
-        # MuJoCo factory. One line, with the start of what failed (load_state_dict's details are on its later lines).
+        # MuJoCo factory, all raised while setting up. An error once episodes play is not the file's: raised as is.
+        if any(
+            frame.f_code.co_name in ("play", "record_gymnasium_episodes")
+            for frame, _ in traceback.walk_tb(error.__traceback__)
+        ):
+            raise
+        # One line, with the start of what failed (load_state_dict's details are on its later lines).
         first_line = " ".join(str(error).split())[:300]
         env_id = checkpoint["args"].get("env_id")
         sys.exit(
@@ -506,9 +512,9 @@ def kept_checkpoints(run_dir: str) -> list[tuple[int, str]]:
     """(global step, path) of every checkpoint a run kept with --keep-checkpoints, in training order."""
     kept = []
     for name in os.listdir(run_dir):
-        match = re.fullmatch(r"checkpoint-(\d+)\.pt", name)
-        if match:
-            kept.append((int(match.group(1)), os.path.join(run_dir, name)))
+        step_ext = kept_checkpoint_step(name)
+        if step_ext and step_ext[1] == ".pt":
+            kept.append((step_ext[0], os.path.join(run_dir, name)))
     return sorted(kept)
 
 

@@ -3,7 +3,6 @@ its CPU thread count: the plumbing every script shares, one small function or cl
 """
 
 import os
-import re
 import sys
 import time
 
@@ -75,22 +74,18 @@ def check_resumable_dir(run_dir: str, checkpoint_path: str) -> None:
         )
 
 
-# A checkpoint kept by --keep-checkpoints (checkpoint.kept_checkpoint_path): checkpoint-<step, 9+ digits>.<ext>
-KEPT_CHECKPOINT = re.compile(r"checkpoint-(\d{9,})(\.\w+)")
-
-
 def check_resumes_the_latest(run_dir: str, checkpoint_path: str) -> None:
     """A resumed run continues in its checkpoint's folder: it rewrites checkpoint.<ext>, keeps new checkpoints and
     drops the logged scalars past its step. From an older kept checkpoint of a run that went on, that would destroy
     the newer lineage and mix the two: refuse in one line that says how to branch instead (a copy in a new folder)."""
-    match = KEPT_CHECKPOINT.fullmatch(os.path.basename(checkpoint_path))
-    if match is None:
+    from cleanrl_utils.checkpoint import kept_checkpoint_step
+
+    kept = kept_checkpoint_step(os.path.basename(checkpoint_path))
+    if kept is None:
         return
-    step, ext = int(match.group(1)), match.group(2)
+    step, ext = kept
     newer = sorted(
-        name
-        for name in os.listdir(run_dir)
-        if (kept := KEPT_CHECKPOINT.fullmatch(name)) and kept.group(2) == ext and int(kept.group(1)) > step
+        name for name in os.listdir(run_dir) if (other := kept_checkpoint_step(name)) and other[1] == ext and other[0] > step
     )
     latest = os.path.join(run_dir, f"checkpoint{ext}")
     if os.path.exists(latest) and not same_checkpoint(latest, checkpoint_path):

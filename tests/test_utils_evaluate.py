@@ -186,3 +186,16 @@ def test_jax_evaluation_draws_keys_past_a_million_policy_calls(jax_run, monkeypa
     monkeypatch.setattr(evaluate_module, "policy_calls", lambda: itertools.count(10**6))
     late = evaluate_module.evaluate(model_path, episodes=2, seed=3, cuda=False)
     assert len(late) == 2 and late != first
+
+
+def test_an_error_while_episodes_play_is_not_blamed_on_the_model_file(jax_run, monkeypatch):
+    """Only set-up errors (weights, normaliser, env that do not fit) become the one "does not fit" line; an error
+    raised once episodes play keeps its own type and traceback."""
+
+    def broken_round(*args, **kwargs):
+        raise RuntimeError("boom while playing")
+
+    monkeypatch.setattr(evaluate_module, "play_round", broken_round)
+    model_path = glob.glob(os.path.join(jax_run, "*.cleanrl_model"))[0]
+    with pytest.raises(RuntimeError, match="boom while playing"):
+        evaluate_module.evaluate(model_path, episodes=1, cuda=False)
