@@ -20,6 +20,7 @@ import datetime
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,7 +72,8 @@ ROWS = [
 
 
 def cpu_model_and_isa() -> tuple[str, str]:
-    """lscpu's model name and the best ISA class it lists, with the oneDNN cap this process runs under."""
+    """lscpu's model name (and the GPU's, where there is one) and the best ISA class lscpu lists, with the oneDNN cap
+    this process runs under."""
     text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = re.search(r"Model name:\s*(.+)", text).group(1).strip()
     flags = set(re.search(r"Flags:\s*(.+)", text).group(1).split())
@@ -81,6 +83,9 @@ def cpu_model_and_isa() -> tuple[str, str]:
         "below AVX2",
     )  # fmt: skip
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    if shutil.which("nvidia-smi"):  # the scripts train on the GPU where there is one: the row is that GPU's
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+        model += "".join(f" + {name.strip()}" for name in gpu.stdout.splitlines()[:1])
     return model, f"{isa}, capped by ONEDNN_MAX_CPU_ISA={cap}" if cap else isa
 
 

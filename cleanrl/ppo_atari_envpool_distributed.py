@@ -38,6 +38,7 @@ from cleanrl_utils.distributed import (
     CommTimer,
     all_reduce_mean,
     broadcast_from_rank0,
+    check_one_gpu_per_process,
     distributed,
     exit_on_lost_peer,
     gather_to_rank0,
@@ -377,6 +378,7 @@ if __name__ == "__main__":
         if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
             args = resume_args(Args, checkpoint, args.resume, checkpoint_utils.MAY_CHANGE_ON_RESUME + ("dist_timeout",))
         validate_args(args, world_size)
+        check_one_gpu_per_process(args.cuda)
     args.num_envs = world_size * args.local_num_envs
     args.batch_size = int(args.num_envs * args.num_steps)
     args.local_batch_size = int(args.local_num_envs * args.num_steps)

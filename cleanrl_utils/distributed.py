@@ -62,6 +62,18 @@ def tell_the_launcher(line: str) -> None:
             pass  # the line is on stderr already
 
 
+def check_one_gpu_per_process(cuda: bool) -> None:
+    """NCCL refuses two processes on one GPU, and process r takes GPU r of its host: more processes per host than GPUs
+    is a launch mistake. Called inside `only_first_local_rank_speaks`, so the host's first process says it."""
+    _, _, _, local_world_size = world_from_env()
+    gpus = torch.cuda.device_count() if cuda and torch.cuda.is_available() else 0
+    if gpus and local_world_size > gpus:
+        sys.exit(
+            f"error: {local_world_size} processes per host, but this host has {gpus} CUDA device(s) and each process needs "
+            f"its own; launch with --nproc-per-node {gpus} (or at most that), or train on CPU with --no-cuda"
+        )
+
+
 def init_distributed(timeout_seconds: float, cuda: bool) -> torch.device:
     """Join torchrun's process group (env:// rendezvous): NCCL on CUDA, gloo on CPU; no group under plain python.
     The timeout bounds every collective: a dead or hung peer makes the others fail instead of waiting forever."""

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cleanrl.ppo_atari_envpool_distributed import Agent, Args, kl_says_stop, loss_module, ppo_loss  # noqa: E402
-from cleanrl_utils.distributed import init_distributed, local_env_seed  # noqa: E402
+from cleanrl_utils.distributed import check_one_gpu_per_process, init_distributed, local_env_seed  # noqa: E402
 
 SCRIPT = "ppo_atari_envpool_distributed"
 NUM_ACTIONS, NUM_STEPS, LOCAL_ENVS = 6, 16, 4
@@ -80,6 +80,7 @@ from helpers import (  # noqa: E402
     REPO,
     assert_evaluates_whole_games_of_its_weights,
     assert_one_error_line,
+    one_line_exit,
     only_run_dir,
     read_scalars,
     run_script,
@@ -230,6 +231,17 @@ def test_env_seeds_of_ranks_and_resumes_never_overlap():
                     seen |= seeds
     # the seeds of a fresh run are those the sync script gives P x L envs: seed .. seed + P*L - 1
     assert [local_env_seed(7, r, 4) for r in range(3)] == [7, 11, 15]
+
+
+def test_more_processes_per_host_than_gpus_is_refused_in_one_line(monkeypatch):
+    # NCCL cannot put two ranks on one GPU, and rank r takes GPU r: found on a one-GPU machine (benchmark/gpu_check.sh)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    one_line_exit(lambda: check_one_gpu_per_process(True), "2 processes per host", "1 CUDA device", "--nproc-per-node 1")
+    check_one_gpu_per_process(False)  # --no-cuda: CPU processes share the host
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    check_one_gpu_per_process(True)
 
 
 # ---- torchrun runs ----
