@@ -590,4 +590,7 @@ if __name__ == "__main__":
         writer.close()
     envs.close()
     if distributed():
+        # Tear the group down together: once in about 20 runs, a process that destroyed its gloo group while process 0
+        # was still finishing aborted ("terminate called without an active exception"), and torchrun then failed the run.
+        dist.barrier()
         dist.destroy_process_group()

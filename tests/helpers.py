@@ -27,6 +27,25 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
     )
 
 
+def marked_frames_command(script_path: str) -> list[str]:
+    """The interpreter command that runs `script_path` as __main__ on marked Atari frames (tests/marked_frames.py);
+    the script's own arguments follow it."""
+    import marked_frames
+
+    return [
+        sys.executable,
+        "-c",
+        marked_frames.BOOTSTRAP.format(tests=os.path.dirname(os.path.abspath(__file__))),
+        script_path,
+    ]
+
+
+def run_on_marked_frames(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`run_script` on marked Atari frames: the learning task the Atari scripts' learning tests use."""
+    command = [*marked_frames_command(os.path.join(REPO, "cleanrl", f"{script}.py")), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
 def assert_one_error_line(result: subprocess.CompletedProcess, fragments: list[str], ignore_warnings: bool = False) -> None:
     """A user mistake's outcome: non-zero exit, no traceback, and exactly one non-empty stderr line,
     `error: ...`, holding every fragment. ignore_warnings: library warning lines (EnvPool's gym
