@@ -20,6 +20,7 @@ import importlib.util
 import os
 import re
 import shlex
+import sys
 
 import pytest
 import tyro
@@ -214,6 +215,7 @@ def load(path: str):
         name = "docs_check_" + re.sub(r"\W", "_", rel(path))
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # tyro's error messages look the Args class up through its module
         spec.loader.exec_module(module)
         _MODULES[path] = module
     return _MODULES[path]
