@@ -126,7 +126,7 @@ def test_batched_critics_are_two_plain_mlps_and_frozen_keeps_weights_out():
 
 # Pendulum-v1 (200-step episodes, truncated), learning from step 1,000 (CleanRL: 5,000) and batch 128 (about half
 # the update's cost), otherwise the defaults. Calibrated on seeds 1, 2, 3: last-10 means -137.9, -153.2, -166.6 (the
-# README's SAC section).
+# SAC section of docs/sac_td3_ddpg.md).
 LEARN = ["--env-id", "Pendulum-v1", "--total-timesteps", "10000", "--learning-starts", "1000", "--batch-size", "128"]
 LEARN += ["--torch-threads", "1", "--precision", "fp32"]  # fp32: as calibrated, on every CPU kind
 
