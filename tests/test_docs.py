@@ -97,14 +97,14 @@ def link_problem(source: str, target: str) -> str | None:
 
 
 def script_table_rows() -> dict[str, str]:
-    """README table rows whose first cell names a script: script -> row."""
+    """Rows of the README's script table (first cell a link to the script, `[`X.py`](cleanrl/X.py)`): script -> row.
+    Other tables that name scripts (the results) are not the script table."""
     rows = {}
     for _, line in split_fenced(read(README))[0]:
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else []
-        if cells:
-            match = re.search(r"`([a-z0-9_]+\.py)`", cells[0])
-            if match:
-                rows[match.group(1)] = line
+        match = re.fullmatch(r"\[`([a-z0-9_]+\.py)`\]\(cleanrl/\1\)", cells[0]) if cells else None
+        if match:
+            rows.setdefault(match.group(1), line)
     return rows
 
 
