@@ -279,12 +279,6 @@ class ReplayBuffer:
         self.num_obs, self.env_steps = int(state["num_obs"]), int(state["env_steps"])
 
 
-def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
 class QNetwork(nn.Module):
     """Nature CNN trunk and a linear Q-value head, one output per action."""
 
