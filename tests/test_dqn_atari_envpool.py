@@ -220,19 +220,20 @@ SHORT += ["--exploration-fraction", "0.5", "--target-network-frequency", "500", 
 
 def test_short_run_tags_and_determinism(tmp_path):
     losses = []
+    short = [*SHORT[:2], "--total-timesteps", "2000", *SHORT[4:]]  # 1,000 learning steps
     for name in ("a", "b"):
-        result = run_script(SCRIPT, *SHORT, "--log-dir", str(tmp_path / name), timeout=300)
+        result = run_script(SCRIPT, *short, "--log-dir", str(tmp_path / name), timeout=300)
         assert result.returncode == 0, result.stderr
         scalars = read_scalars(only_run_dir(tmp_path / name))
         for tag in ("charts/episodic_return", "charts/SPS", "losses/td_loss", "losses/q_values", "charts/epsilon"):
             assert scalars.get(tag), tag
-        losses.append(scalars["losses/td_loss"])
-    assert losses[0] == losses[1] and len(losses[0]) >= 2
+        losses.append(scalars["losses/td_loss"] + scalars["losses/q_values"])  # logged at step 2,000, after 250 updates
+    assert losses[0] == losses[1] and len(losses[0]) == 2
     epsilon = read_scalars(only_run_dir(tmp_path / "a"))["charts/epsilon"]
     assert epsilon[0] == (
         1000,
-        pytest.approx(1.0 - 0.99 * 999 / 1500),
-    )  # 1 -> 0.01 over half the 3,000 steps; the step about to be taken
+        pytest.approx(1.0 - 0.99 * 999 / 1000),
+    )  # 1 -> 0.01 over half the 2,000 steps; the step about to be taken
     assert epsilon[-1][1] == pytest.approx(0.01)
 
 
