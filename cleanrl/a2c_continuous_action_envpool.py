@@ -23,7 +23,15 @@ from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, res
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
 from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
-from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, record_end_step, run_folder
+from cleanrl_utils.run import (
+    ProgressLine,
+    checkpoint_due,
+    exit_if_diverged,
+    make_writer,
+    record_end_step,
+    run_folder,
+    torch_all_finite,
+)
 from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
@@ -410,7 +418,7 @@ if __name__ == "__main__":
 
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
-        finite = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p).all()) for p in agent.parameters())
+        finite = torch_all_finite(agent, loss)
         exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)

@@ -50,7 +50,15 @@ from cleanrl_utils.distributed import (
 )
 from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
-from cleanrl_utils.run import ProgressLine, checkpoint_due, exit_if_diverged, make_writer, record_end_step, run_folder
+from cleanrl_utils.run import (
+    ProgressLine,
+    checkpoint_due,
+    exit_if_diverged,
+    make_writer,
+    record_end_step,
+    run_folder,
+    torch_all_finite,
+)
 from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
@@ -536,7 +544,7 @@ if __name__ == "__main__":
         # One collective for what every process must agree on: the logged statistics (means over processes), a stop
         # requested on any process (Ctrl-C reaches torchrun, which passes it on; on several hosts perhaps only one),
         # and divergence anywhere. Read the stop flag once: a signal landing between two reads must not skip the save.
-        finite = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(p).all()) for p in agent.parameters())
+        finite = torch_all_finite(agent, loss)
         names = ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl")  # the last minibatch's
         local = [stats[name].item() for name in names] + [torch.stack(clipfracs).mean().item(), explained_var]
         *means, any_stop, any_diverged = all_reduce_mean(local + [float(stop.requested), float(not finite)], device)
