@@ -158,7 +158,9 @@ def validate_args(args: Args, world_size: int) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
     check_run_args(args)
     check_positive(args, "local_num_envs", "dist_timeout")
-    check_rollout_shape(args.local_num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
+    check_rollout_shape(
+        args.local_num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps, "local_num_envs"
+    )
     global_batch = world_size * args.local_num_envs * args.num_steps
     if global_batch > args.total_timesteps:
         sys.exit(

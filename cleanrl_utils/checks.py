@@ -39,7 +39,14 @@ def check_non_negative(args, *names: str) -> None:
 
 def check_run_args(args) -> None:
     """The flags every script has: seed, learning rate, discounting, checkpoint and video intervals,
-    threads."""
+    threads; every float flag is finite; and the loss coefficients of the scripts that have them have a sign
+    the loss can use (a negative clip range or gradient-norm bound, or a negative value weight, trains on
+    and exits 0)."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            sys.exit(f"error: {flag(name)} must be a finite number, got {value}")
+    check_positive(args, "clip_coef", "max_grad_norm", "target_kl")  # target_kl: None = no early stop
+    check_non_negative(args, "ent_coef", "vf_coef")
     if not 0 <= args.seed <= MAX_SEED:
         sys.exit(f"error: --seed must be in 0..{MAX_SEED} (EnvPool seeds are 32-bit signed integers), got {args.seed}")
     check_positive(args, "total_timesteps", "learning_rate", "video_every")
@@ -53,11 +60,14 @@ def check_run_args(args) -> None:
         sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
 
 
-def check_rollout_shape(num_envs: int, num_steps: int, num_minibatches: int, update_epochs: int, total_timesteps: int) -> None:
+def check_rollout_shape(
+    num_envs: int, num_steps: int, num_minibatches: int, update_epochs: int, total_timesteps: int, envs_flag: str = "num_envs"
+) -> None:
     """Positive sizes; the minibatches split the rollout evenly, two rows at least (the advantage
-    normalisation needs a standard deviation); one rollout fits in --total-timesteps."""
+    normalisation needs a standard deviation); one rollout fits in --total-timesteps. `envs_flag`: the script's
+    name for its env count (one process's, under torch.distributed)."""
     for name, value in (
-        ("num_envs", num_envs),
+        (envs_flag, num_envs),
         ("num_steps", num_steps),
         ("num_minibatches", num_minibatches),
         ("update_epochs", update_epochs),
@@ -68,7 +78,7 @@ def check_rollout_shape(num_envs: int, num_steps: int, num_minibatches: int, upd
     if batch_size % num_minibatches != 0:
         sys.exit(
             f"error: --num-minibatches {num_minibatches} does not divide the batch size "
-            f"{batch_size} (= --num-envs {num_envs} x --num-steps {num_steps})"
+            f"{batch_size} (= {flag(envs_flag)} {num_envs} x --num-steps {num_steps})"
         )
     if batch_size // num_minibatches < 2:
         sys.exit(

@@ -19,6 +19,7 @@ import itertools
 import os
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ import torch
 import tyro
 
 from cleanrl_utils.checkpoint import kept_checkpoint_step, upgrade_saved_args
+from cleanrl_utils.checks import MAX_SEED
 from cleanrl_utils.hardware import native_bf16, this_machine
 from cleanrl_utils.run import check_writable_dir, torch_threads
 from cleanrl_utils.video import record_gymnasium_episodes
@@ -482,6 +484,10 @@ def evaluate(
         sys.exit(f"error: --episodes must be a positive integer, got {episodes}")
     if not 0 <= epsilon <= 1:
         sys.exit(f"error: --epsilon must be in [0, 1] (a probability), got {epsilon}")
+    if not 0 <= seed <= MAX_SEED - MAX_EVAL_ENVS:  # env i of the evaluation gets seed + i, a 32-bit signed integer
+        sys.exit(
+            f"error: --seed must be in 0..{MAX_SEED - MAX_EVAL_ENVS} (EnvPool seeds are 32-bit signed integers), got {seed}"
+        )
     checkpoint = load_checkpoint(model_path)
     script = checkpoint["script"]
     if script not in EVALUATORS:
@@ -541,6 +547,9 @@ def evaluate_kept_checkpoints(run_dir: str, args: EvalArgs) -> tuple[int, float]
 
 def main() -> None:
     args = tyro.cli(EvalArgs)
+    # EnvPool's classic-control specs (Pendulum) give float32 Boxes float64 bounds, and Gymnasium warns about the cast
+    # each time such a space is built: nothing the user can or should act on (the training scripts hide it too).
+    warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
     if args.torch_threads < 0:
         sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
     torch.set_num_threads(torch_threads(args.torch_threads))

@@ -70,13 +70,13 @@ def test_seed_bounds(seed):
         ({"total_timesteps": 0}, "error: --total-timesteps must be a positive integer, got 0"),
         ({"learning_rate": -1e-3}, "error: --learning-rate must be positive and finite, got -0.001"),
         ({"learning_rate": 0.0}, "error: --learning-rate must be positive and finite, got 0.0"),
-        ({"learning_rate": float("nan")}, "error: --learning-rate must be positive and finite, got nan"),
-        ({"learning_rate": float("inf")}, "error: --learning-rate must be positive and finite, got inf"),
-        ({"gae_lambda": float("nan")}, "error: --gae-lambda must be in [0, 1], got nan"),
+        ({"learning_rate": float("nan")}, "error: --learning-rate must be a finite number, got nan"),
+        ({"learning_rate": float("inf")}, "error: --learning-rate must be a finite number, got inf"),
+        ({"gae_lambda": float("nan")}, "error: --gae-lambda must be a finite number, got nan"),
         ({"video_every": -2}, "error: --video-every must be a positive integer, got -2"),
         ({"gamma": 0.0}, "error: --gamma must be in (0, 1], got 0.0"),
         ({"gamma": 1.5}, "error: --gamma must be in (0, 1], got 1.5"),
-        ({"gamma": float("nan")}, "error: --gamma must be in (0, 1], got nan"),
+        ({"gamma": float("nan")}, "error: --gamma must be a finite number, got nan"),
         ({"gae_lambda": -0.1}, "error: --gae-lambda must be in [0, 1], got -0.1"),
         (
             {"checkpoint_every": -1},
@@ -376,13 +376,33 @@ def test_check_epsilon_schedule():
         ("sac_continuous_action_envpool", "--q-lr", "inf"),
         ("ppo_atari_envpool_distributed", "--dist-timeout", "nan"),  # was: a traceback
         ("ppo_atari_envpool_distributed", "--dist-timeout", "inf"),
+        ("a2c_continuous_action_envpool", "--vf-coef", "nan"),  # was: the divergence line after the run folder was made
+        ("ppo_continuous_action_envpool_xla_jax", "--ent-coef", "inf"),
+        ("ppo", "--clip-coef", "-0.2"),  # was: trained with clamp(ratio, 1.2, 0.8) and exited 0
     ],
 )
 def test_a_nan_or_infinite_flag_of_a_real_script_gives_one_line_and_no_run_folder(tmp_path, script, flag_name, value):
     log_dir = tmp_path / "runs"
     result = run_script(script, flag_name, value, "--log-dir", str(log_dir), env={"OMP_NUM_THREADS": "1"}, timeout=120)
-    assert_one_error_line(result, [f"{flag_name} must be positive and finite, got {value}"], ignore_warnings=True)
+    assert_one_error_line(result, [f"{flag_name} must be", "finite", f"got {value}"], ignore_warnings=True)
     assert not log_dir.exists() or not os.listdir(log_dir)
+
+
+def test_every_float_flag_is_finite_and_loss_coefficients_have_a_usable_sign():
+    from dataclasses import replace
+
+    from cleanrl.ppo import Args
+
+    for name, value, line in [
+        ("clip_coef", -0.2, "error: --clip-coef must be positive and finite, got -0.2"),
+        ("max_grad_norm", -1.0, "error: --max-grad-norm must be positive and finite, got -1.0"),  # flips the gradient
+        ("target_kl", float("nan"), "error: --target-kl must be a finite number, got nan"),  # no early stop, silently
+        ("vf_coef", -1.0, "error: --vf-coef must be >= 0 and finite (0 = off), got -1.0"),  # ascends the value error
+        ("ent_coef", float("inf"), "error: --ent-coef must be a finite number, got inf"),
+        ("gae_lambda", float("nan"), "error: --gae-lambda must be a finite number, got nan"),
+    ]:
+        one_line_exit(lambda: check_run_args(replace(Args(), **{name: value})), line)
+    check_run_args(replace(Args(), ent_coef=0.0, vf_coef=0.0, target_kl=None))  # 0 turns a term off; None: no stop
 
 
 def test_suggestions_are_only_envs_the_script_takes():
@@ -408,3 +428,11 @@ def test_pendulum_spaces_build_without_precision_warnings():
     code += "spec.action_space, spec.observation_space; print('built')"
     result = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.stdout == "built\n" and "precision" not in result.stderr, result.stderr
+
+
+def test_the_rollout_shape_line_names_the_scripts_own_env_flag():
+    # the distributed script has --local-num-envs, no --num-envs
+    one_line_exit(
+        lambda: check_rollout_shape(4, 128, 3, 4, 10**6, "local_num_envs"),
+        "error: --num-minibatches 3 does not divide the batch size 512 (= --local-num-envs 4 x --num-steps 128)",
+    )

@@ -199,3 +199,9 @@ def test_an_error_while_episodes_play_is_not_blamed_on_the_model_file(jax_run, m
     model_path = glob.glob(os.path.join(jax_run, "*.cleanrl_model"))[0]
     with pytest.raises(RuntimeError, match="boom while playing"):
         evaluate_module.evaluate(model_path, episodes=1, cuda=False)
+
+
+@pytest.mark.parametrize("seed", [-4, 99_999_999_999])
+def test_an_evaluation_seed_out_of_range_is_one_line(seed):
+    # was: a traceback from Gymnasium (negative) or EnvPool (past int32); checked before the file is read
+    one_line_exit(lambda: evaluate_module.evaluate("no such file", seed=seed), "--seed must be in 0..", f"got {seed}")
