@@ -467,7 +467,7 @@ if __name__ == "__main__":
 
     progress = ProgressLine(global_step, args.num_iterations * args.batch_size, "games")  # and SPS from here
     videos = VideoJobs(run_dir, model_file) if rank == 0 else None
-    stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
+    stop = StopAfterIteration(quiet=rank != 0)  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
     next_obs_np, _ = envs.reset()
     next_obs = torch.from_numpy(next_obs_np).to(device, obs_dtype)
     # The step before the first one is not a boundary: row 0 of the first rollout is valid.

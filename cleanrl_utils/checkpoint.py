@@ -166,6 +166,28 @@ def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], 
     return checkpoint
 
 
+def _unreadable(flag: str, path: str, script: str, error: Exception, other_format: str) -> None:
+    """One line for a file this loader cannot read: where it is the twin framework's checkpoint (a torch script's
+    file given to its JAX twin, or the reverse), say whose it is."""
+    try:
+        if other_format == "torch":
+            import torch
+
+            other = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            import flax.serialization
+
+            with open(path, "rb") as f:
+                other = flax.serialization.msgpack_restore(f.read())
+        writer = other.get("script") if isinstance(other, dict) else None
+    except Exception:
+        writer = None
+    if isinstance(writer, str):
+        kind = "a torch" if other_format == "torch" else "a JAX (flax msgpack)"
+        _fail(flag, path, f"is {kind} checkpoint of {writer!r}, not one of {script!r}; resume it with {writer}.py")
+    _fail(flag, path, f"is not a readable checkpoint ({type(error).__name__})")
+
+
 def load_torch(path: str, script: str, keys: dict[str, type] | None = None, flag: str = "--resume") -> dict:
     """A torch checkpoint of `script` holding weights, optimiser state and `keys` (name -> type), or
     one clear line and exit."""
@@ -175,7 +197,7 @@ def load_torch(path: str, script: str, keys: dict[str, type] | None = None, flag
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
-        _fail(flag, path, f"is not a readable checkpoint ({type(error).__name__})")
+        _unreadable(flag, path, script, error, other_format="msgpack")
     if isinstance(checkpoint, dict) and "optimizer_state_dict" not in checkpoint:
         _fail(flag, path, "is not a resumable checkpoint (no optimiser state)")
     checkpoint = check_checkpoint(
@@ -194,7 +216,7 @@ def load_msgpack(path: str, script: str, keys: dict[str, type], flag: str = "--r
         with open(path, "rb") as f:
             checkpoint = flax.serialization.msgpack_restore(f.read())
     except Exception as error:
-        _fail(flag, path, f"is not a readable checkpoint ({type(error).__name__})")
+        _unreadable(flag, path, script, error, other_format="torch")
     train_state = checkpoint.get("train_state") if isinstance(checkpoint, dict) else None
     if not isinstance(train_state, dict) or "opt_state" not in train_state:
         _fail(flag, path, "is not a resumable checkpoint (no optimiser state)")

@@ -39,10 +39,11 @@ def exit_at_once_on_signals() -> None:
 
 class StopAfterIteration:
     """Training: the first Ctrl-C or SIGTERM sets `requested`; the loop reads it once per iteration,
-    checkpoints and exits 0. A second signal aborts at once (exit code 128 + signal number)."""
+    checkpoints and exits 0. A second signal aborts at once (exit code 128 + signal number). `quiet`: the first
+    signal is not announced (under torchrun every process gets the terminal's Ctrl-C; process 0 alone says it)."""
 
-    def __init__(self):
-        self.requested = False
+    def __init__(self, quiet: bool = False):
+        self.requested, self.quiet = False, quiet
         for signum in SIGNALS:
             signal.signal(signum, self._handle)
 
@@ -51,7 +52,8 @@ class StopAfterIteration:
             _say(f"{SIGNAL_NAMES[signum]} again: aborted without saving (the last checkpoint written stays valid)")
             os._exit(128 + signum)
         self.requested = True
-        _say(f"{SIGNAL_NAMES[signum]}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)")
+        if not self.quiet:
+            _say(f"{SIGNAL_NAMES[signum]}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)")
 
 
 def stopped_line(iteration: int, checkpoint_path: str) -> str:

@@ -616,3 +616,24 @@ def test_a_resumed_seed_stays_in_envpools_int32_range():
     envs = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=2, seed=env_seed)
     envs.reset()
     envs.close()
+
+
+def test_a_twin_frameworks_checkpoint_is_named_as_such(tmp_path):
+    """A torch script's checkpoint given to its JAX twin (or the reverse) was 'not a readable checkpoint'."""
+    import flax.serialization
+
+    from cleanrl_utils.checkpoint import load_msgpack
+
+    torch_file, jax_file = tmp_path / "checkpoint.pt", tmp_path / "checkpoint.msgpack"
+    torch.save({"script": "ppo_atari_envpool", "iteration": 3}, torch_file)
+    jax_file.write_bytes(flax.serialization.msgpack_serialize({"script": "ppo_atari_envpool_xla_jax", "iteration": 3}))
+    one_line_exit(
+        lambda: load_msgpack(str(torch_file), "ppo_atari_envpool_xla_jax", {}),
+        "is a torch checkpoint of 'ppo_atari_envpool', not one of 'ppo_atari_envpool_xla_jax'; resume it with ppo_atari_envpool.py",
+    )
+    one_line_exit(
+        lambda: load_torch(str(jax_file), "ppo_atari_envpool"),
+        "is a JAX (flax msgpack) checkpoint of 'ppo_atari_envpool_xla_jax', not one of 'ppo_atari_envpool'",
+    )
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    one_line_exit(lambda: load_torch(str(tmp_path / "junk.pt"), "ppo_atari_envpool"), "is not a readable checkpoint")
