@@ -212,12 +212,16 @@ def run_all(
                 run.returncode = run.process.returncode
                 running.remove(run)
                 done.append(run)
-                if run.returncode != 0:
+                if run.signalled:  # the runner passed a Ctrl-C or SIGTERM on to it: stopped, not failed
+                    progress.event(f"stopped {run.env_id} seed {run.seed} (exit {run.returncode}), log: {run.log_path}")
+                elif run.returncode != 0:
                     progress.event(f"FAILED {run.env_id} seed {run.seed} (exit {run.returncode}), log: {run.log_path}")
-        failed = sum(r.returncode != 0 for r in done)
+        stopped = sum(r.signalled for r in done)
+        failed = sum(r.returncode != 0 and not r.signalled for r in done)
         now_running = ", ".join(f"{r.env_id}/{r.seed}" for r in running)
+        counts = f"{len(done) - stopped}/{len(runs)} done, {failed} failed" + (f", {stopped} stopped" if stopped else "")
         progress.update(
-            f"[{len(done)}/{len(runs)} done, {failed} failed, {time.time() - start_time:.0f}s] running: {now_running or '-'}",
+            f"[{counts}, {time.time() - start_time:.0f}s] running: {now_running or '-'}",
             state=(len(done), failed, now_running),
         )
         if pending or running:

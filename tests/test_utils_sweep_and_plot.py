@@ -576,6 +576,8 @@ def test_a_signal_to_the_runner_is_passed_on_waited_for_and_summarised(tmp_path,
         assert path.read_text().count(f"got {signum.name}") == 1
     assert not (logs / "train__A-v0__3.log").exists()  # nothing starts after the signal
     assert f"sweep stopped by {signum.name}: 0 of 3 runs finished, 2 stopped, 0 failed, 1 not started" in stdout
+    # the stopped runs are not called failed on the way (was: "FAILED A-v0 seed 1 (exit 0)" then "0 failed")
+    assert "FAILED" not in stdout and "stopped A-v0 seed 1 (exit 0)" in stdout and "0 failed, 2 stopped" in stdout
     assert "not started A-v0 seed 3" in stdout
 
 
