@@ -145,10 +145,11 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     check_epsilon_schedule(args)
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
-    # A resumed run's buffer is in memory already, in the loaded checkpoint, and the new buffer takes its arrays over
-    # (ReplayBuffer.load_state_dict): it needs only the rest.
+    # A resumed run's full ring is in memory already, in the loaded checkpoint, and the new buffer takes its arrays
+    # over (ReplayBuffer.load_state_dict): it needs only the rest. A partly filled ring is copied: it holds nothing.
     saved = checkpoint["replay_buffer"] if checkpoint else {}
-    held = sum(value.nbytes for value in saved.values() if isinstance(value, torch.Tensor))
+    full = bool(saved) and len(saved["frames"]) == args.buffer_size // args.num_envs
+    held = sum(value.nbytes for value in saved.values() if isinstance(value, torch.Tensor)) if full else 0
     check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size", held=held)
 
 
@@ -256,26 +257,36 @@ class ReplayBuffer:
         actions, rewards, dones = (torch.from_numpy(x[slot, env]).to(device) for x in (self.actions, self.rewards, self.dones))
         return obs, actions, rewards, next_obs, dones
 
+    ARRAYS = ("frames", "actions", "rewards", "dones", "valid", "game_start")
+
     def state_dict(self) -> dict:
-        arrays = ("frames", "actions", "rewards", "dones", "valid", "game_start")
-        return {name: torch.from_numpy(getattr(self, name)) for name in arrays} | dict(
-            num_obs=self.num_obs, env_steps=self.env_steps
-        )
+        """The filled ring slots only: slot t holds observation t until the ring wraps, so a young buffer saves its
+        first `num_obs` rows (a 1M buffer saved early is MBs, not 7 GB)."""
+        rows = min(self.num_obs, self.capacity)
+        arrays = {name: torch.from_numpy(getattr(self, name)[:rows]) for name in self.ARRAYS}
+        return arrays | dict(num_obs=self.num_obs, env_steps=self.env_steps, capacity=self.capacity)
 
     def load_state_dict(self, state: dict) -> None:
-        """Takes over a saved buffer's arrays, without a copy: a resumed run holds one buffer in memory, not two (the
-        fresh zero arrays were never touched, so they never took memory). An empty dict (a checkpoint saved with
-        --no-checkpoint-buffer) leaves the buffer empty. ValueError if a saved buffer does not fit this one."""
+        """A saved buffer back into this one. A full ring is taken over without a copy: a resumed run then holds one
+        buffer in memory, not two (the fresh zero arrays were never touched, so they never took memory); a partly
+        filled one is copied into the first rows. An empty dict (a checkpoint saved with --no-checkpoint-buffer)
+        leaves the buffer empty. ValueError if a saved buffer does not fit this one."""
         if not state:
             return
+        capacity = int(state.get("capacity", state["frames"].shape[0]))  # older checkpoints saved every slot
+        if capacity != self.capacity:
+            raise ValueError(f"saved ring of {capacity} slots per env, this run's {self.capacity}")
         arrays = {}
-        for name in ("frames", "actions", "rewards", "dones", "valid", "game_start"):
+        for name in self.ARRAYS:
             saved, array = state[name].numpy(), getattr(self, name)
-            if saved.shape != array.shape or saved.dtype != array.dtype:
+            if saved.shape[1:] != array.shape[1:] or saved.dtype != array.dtype or len(saved) > len(array):
                 raise ValueError(f"saved {name} {saved.dtype}{list(saved.shape)}, this run's {array.dtype}{list(array.shape)}")
             arrays[name] = saved
         for name, saved in arrays.items():
-            setattr(self, name, saved)
+            if len(saved) == self.capacity:
+                setattr(self, name, saved)
+            else:
+                getattr(self, name)[: len(saved)] = saved
         self.num_obs, self.env_steps = int(state["num_obs"]), int(state["env_steps"])
 
 

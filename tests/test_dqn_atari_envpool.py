@@ -135,11 +135,38 @@ def test_replay_state_dict_round_trip_and_memory(tmp_path):
     as_float = copy.sample(64, torch.device("cpu"), torch.float32)
     assert as_float[0].dtype == as_float[3].dtype == torch.float32
     assert torch.equal(as_float[0], first[0].float()) and torch.equal(as_float[3], first[3].float())
-    with pytest.raises(ValueError, match="frames"):
+    with pytest.raises(ValueError, match="saved ring of 64 slots per env, this run's 128"):
         ReplayBuffer(256, 2).load_state_dict(rb.state_dict())
     # 1M transitions: one 84x84 frame each plus a few bytes, under the 8 GiB goal
     assert ReplayBuffer.bytes_needed(1_000_000) < 7.1e9
     assert rb.frames.nbytes == 128 * 84 * 84
+
+
+def test_a_young_buffer_saves_only_its_filled_slots_and_restores_to_full_capacity():
+    # was: every checkpoint held the whole capacity (7 GB for a 1M buffer from the first save on)
+    rb, _ = play_random(2, 40, 64)  # 41 observations per env, in a ring of 64
+    state = rb.state_dict()
+    assert state["frames"].shape == (41, 2, 84, 84) and state["capacity"] == 64
+    copy = ReplayBuffer(128, 2)
+    copy.load_state_dict(state)
+    assert copy.frames.shape == (64, 2, 84, 84) and np.array_equal(copy.frames[:41], rb.frames[:41])
+    np.random.seed(7)
+    first = rb.sample(32, torch.device("cpu"))
+    np.random.seed(7)
+    for a, b in zip(first, copy.sample(32, torch.device("cpu"))):
+        assert torch.equal(a, b)
+    for _ in range(30):  # the restored ring goes on filling and wraps like the original
+        for buffer in (rb, copy):
+            buffer.add(
+                np.zeros(2),
+                np.zeros(2),
+                np.zeros(2, bool),
+                np.zeros(2, bool),
+                np.full((2, 4, 84, 84), 9, np.uint8),
+                np.zeros(2, bool),
+            )
+    for name in ReplayBuffer.ARRAYS:
+        assert np.array_equal(getattr(copy, name), getattr(rb, name)), name
 
 
 def test_td_target_zero_on_termination_bootstrap_on_truncation():
@@ -245,7 +272,7 @@ def test_checkpoint_holds_the_buffer_and_resume_continues_with_it(tmp_path):
     checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     checkpoint = torch.load(checkpoint_path, weights_only=True)
     assert checkpoint["replay_buffer"]["env_steps"] == 3000 and checkpoint["replay_buffer"]["num_obs"] == 3001
-    assert checkpoint["replay_buffer"]["frames"].shape == (4000, 1, 84, 84)
+    assert checkpoint["replay_buffer"]["frames"].shape == (3001, 1, 84, 84)  # the filled slots of 4,000
     assert_replay_keeps_every_stale_step_out(checkpoint["replay_buffer"])
     with_buffer_bytes = os.path.getsize(checkpoint_path)
 
@@ -260,7 +287,7 @@ def test_checkpoint_holds_the_buffer_and_resume_continues_with_it(tmp_path):
     result = run_script(SCRIPT, "--resume", checkpoint_path, "--total-timesteps", "4500", "--no-checkpoint-buffer")
     assert result.returncode == 0, result.stderr
     small = os.path.getsize(checkpoint_path)
-    assert with_buffer_bytes - small >= 4000 * 84 * 84  # the frames (the rest: two Q-networks and Adam, 27 MB)
+    assert with_buffer_bytes - small >= 3001 * 84 * 84  # the filled frames (the rest: two Q-networks and Adam, 27 MB)
     assert torch.load(checkpoint_path, weights_only=True)["replay_buffer"] == {}
     adam_steps = lambda: int(torch.load(checkpoint_path, weights_only=True)["optimizer_state_dict"]["state"][0]["step"])  # noqa: E731
     before = adam_steps()
@@ -387,11 +414,14 @@ def test_a_resumed_buffer_is_not_counted_twice_by_the_memory_check(monkeypatch):
 
     args = Args(buffer_size=100_000, total_timesteps=3000, learning_starts=1000)
     needed = ReplayBuffer.bytes_needed(100_000)
-    checkpoint = {"replay_buffer": ReplayBuffer(100_000, 1).state_dict()}  # zero pages: takes no memory
+    full_ring = ReplayBuffer(100_000, 1)
+    full_ring.num_obs = full_ring.capacity  # a ring filled once: saved whole, taken over without a copy
+    checkpoint = {"replay_buffer": full_ring.state_dict()}  # zero pages: takes no memory
     assert sum(v.nbytes for v in checkpoint["replay_buffer"].values() if torch.is_tensor(v)) == needed
+    young = {"replay_buffer": ReplayBuffer(100_000, 1).state_dict()}  # copied into the new ring: holds nothing
     monkeypatch.setattr(checks, "available_memory_bytes", lambda: needed // 4)
     validate_args(args, checkpoint)
-    for fresh_or_no_buffer in (None, {"replay_buffer": {}}):
+    for fresh_or_no_buffer in (None, {"replay_buffer": {}}, young):
         with pytest.raises(SystemExit, match="error: the replay buffer needs 0.7 GiB, more than"):
             validate_args(args, fresh_or_no_buffer)
 
