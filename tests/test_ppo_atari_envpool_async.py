@@ -281,11 +281,12 @@ def test_saved_model_evaluates(two_short_runs, tmp_path):
 # ---- learning ----
 
 # Marked Pong frames (tests/marked_frames.py): +1 for RIGHT on a white band, LEFT on a black one. Random play earns
-# 64/6 = 10.7 in a 64-step game, a policy that ignores the band at most 32. The defaults except the game length and
-# fp32 (as calibrated, on every CPU kind). Calibration, last-20-game means (first-20 means 9.9-11.2): at 16,384 steps
-# 34.8, 37.5, 38.2 on seeds 1, 2, 3 (rising about 3.5 every 20 games); at 20,480 steps 45.6, 46.3, 43.2 (first-20
-# means 10.8, 9.6, 11.3), 51 s each on a 2-core AMD EPYC (Zen 4).
-MARKED = ["--env-id", "Pong-v5", "--max-episode-steps", "64", "--total-timesteps", "20480", "--precision", "fp32"]
+# 64/6 = 10.7 in a 64-step game, a policy that ignores the band at most 32. The defaults except the game length,
+# --update-epochs 2 (half the update's time) and fp32 (as calibrated, on every CPU kind). Calibration on a 2-core
+# AMD EPYC (Zen 4), last-20-game means at 20,480 steps: 44.0, 42.0, 47.6 on seeds 1, 2, 3 (first-20 means 10.9, 9.5,
+# 11.7), about 36 s each; with the default 4 epochs 45.6, 46.3, 43.2 in 51 s (at 16,384 steps: 34.8, 37.5, 38.2).
+MARKED = ["--env-id", "Pong-v5", "--max-episode-steps", "64", "--total-timesteps", "20480", "--update-epochs", "2"]
+MARKED += ["--precision", "fp32"]
 
 
 def test_learns_to_read_the_newest_frame_of_the_env_it_acts_in(tmp_path):

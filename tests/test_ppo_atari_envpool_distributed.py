@@ -285,10 +285,11 @@ def test_torchrun_saved_model_evaluates(smoke_run, tmp_path):
 
 # Marked Pong frames (tests/marked_frames.py): +1 for RIGHT on a white band, LEFT on a black one. Random play earns
 # 64/6 = 10.7 in a 64-step game, a policy that ignores the band at most 32. 2 processes x 4 envs (the global batch of
-# the sync script), fp32 (as calibrated, on every CPU kind). Calibration, last-20-game means at 20,480 steps: 47.1,
-# 44.6, 46.9 on seeds 1, 2, 3 (first-20 means 11.2, 10.2, 10.8), 50 s each on a 2-core AMD EPYC (Zen 4).
+# the sync script), --update-epochs 2 (half the update's time), fp32 (as calibrated, on every CPU kind). Calibration
+# on a 2-core AMD EPYC (Zen 4), last-20-game means at 20,480 steps: 44.8, 46.5, 45.4 on seeds 1, 2, 3 (first-20
+# means 11.4, 10.6, 11.0); with the default 4 epochs 47.1, 44.6, 46.9 in 50 s each.
 MARKED = ["--env-id", "Pong-v5", "--max-episode-steps", "64", "--local-num-envs", "4", "--total-timesteps", "20480"]
-MARKED += ["--precision", "fp32", "--torch-threads", "1"]
+MARKED += ["--update-epochs", "2", "--precision", "fp32", "--torch-threads", "1"]
 
 
 def test_two_processes_learn_to_read_the_newest_frame_of_the_env_they_act_in(tmp_path):
