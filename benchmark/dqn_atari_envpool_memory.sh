@@ -8,10 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+source benchmark/common.sh
+usage_on_help "$@"
 ENV_ID=${1:-Breakout-v5}
 BUFFER=${2:-1000000}
+require_count BUFFER "$BUFFER"
+require_env_id "$ENV_ID" envpool.atari
 LOGDIR=$(mktemp -d)
-trap 'rm -rf "$LOGDIR"' EXIT
+trap remove_logs_showing_a_failure EXIT
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $(free -g | awk '/Mem:/ {print $2}') GB memory"
 
 FILL=$((BUFFER + 16000))  # the buffer full, then 16,000 more steps: the ring wraps while it trains

@@ -9,12 +9,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+source benchmark/common.sh
+usage_on_help "$@"
 ENV_ID=${1:-Breakout-v5}
 STEPS=${2:-20000}
 REPEATS=${3:-2}
 NUM_ENVS=${4:-1}
+require_count STEPS "$STEPS"
+require_count REPEATS "$REPEATS"
+require_count NUM_ENVS "$NUM_ENVS"
+require_env_id "$ENV_ID" envpool.atari
 LOGDIR=$(mktemp -d)
-trap 'rm -rf "$LOGDIR"' EXIT
+trap remove_logs_showing_a_failure EXIT
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $($PY -c 'import torch; print(torch.__version__)')"
 common=(--env-id "$ENV_ID" --total-timesteps "$STEPS" --num-envs "$NUM_ENVS" --learning-starts 1000

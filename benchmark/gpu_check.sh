@@ -9,8 +9,11 @@
 # check runs many processes on one GPU at once, as does the speed table's loaded pair.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?give an output folder}
+source benchmark/common.sh
+usage_on_help "$@"
+OUT=${1:?give an output folder (usage: bash benchmark/gpu_check.sh --help)}
 BUDGET=${2:-500}
+require_count SECONDS "$BUDGET"
 PY=${PYTHON:-python3}
 START=$(date +%s)
 mkdir -p "$OUT"

@@ -7,11 +7,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+source benchmark/common.sh
+usage_on_help "$@"
 ENV_ID=${1:-HalfCheetah-v4}
 STEPS=${2:-200000}
 REPEATS=${3:-2}
+require_count STEPS "$STEPS"
+require_count REPEATS "$REPEATS"
+require_env_id "$ENV_ID" envpool.mujoco.gym
 LOGDIR=$(mktemp -d)
-trap 'rm -rf "$LOGDIR"' EXIT
+trap remove_logs_showing_a_failure EXIT
 SCRIPTS=(ppo reinforce a2c npg trpo)
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $($PY -c 'import torch; print(torch.__version__)')"

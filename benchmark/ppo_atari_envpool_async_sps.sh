@@ -15,12 +15,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+source benchmark/common.sh
+usage_on_help "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-32768}
 REPEATS=${3:-2}
 RAW_SECONDS=${RAW_SECONDS:-10}
+require_count STEPS "$STEPS"
+require_count REPEATS "$REPEATS"
+require_count RAW_SECONDS "$RAW_SECONDS"
+require_env_id "$ENV_ID" envpool.atari
 LOGDIR=$(mktemp -d)
-trap 'rm -rf "$LOGDIR"' EXIT
+trap remove_logs_showing_a_failure EXIT
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $($PY -c 'import torch; print(torch.__version__)')"
 

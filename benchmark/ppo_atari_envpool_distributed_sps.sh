@@ -8,12 +8,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+source benchmark/common.sh
+usage_on_help "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-32768}
 REPEATS=${3:-2}
+require_count STEPS "$STEPS"
+require_count REPEATS "$REPEATS"
+require_env_id "$ENV_ID" envpool.atari
 CORES=$(nproc)
 LOGDIR=$(mktemp -d)
-trap 'rm -rf "$LOGDIR"' EXIT
+trap remove_logs_showing_a_failure EXIT
 SCRIPT=cleanrl/ppo_atari_envpool_distributed.py
 
 echo "machine: $CORES cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $($PY -c 'import torch; print(torch.__version__)')"

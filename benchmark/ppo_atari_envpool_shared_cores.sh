@@ -8,12 +8,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+source benchmark/common.sh
+usage_on_help "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-40960}
 OVERSUBSCRIBED_STEPS=${3:-4096}
+require_count STEPS "$STEPS"
+require_count OVERSUBSCRIBED_STEPS "$OVERSUBSCRIBED_STEPS"
+require_env_id "$ENV_ID" envpool.atari
 CORES=$($PY -c "import os; print(len(os.sched_getaffinity(0)))")
 OUT=$(mktemp -d /tmp/shared-cores.XXXXXX)
-trap 'rm -rf "$OUT"' EXIT
+LOGDIR=$OUT
+trap remove_logs_showing_a_failure EXIT
 echo "cpu: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p'), $CORES cores; $ENV_ID, $STEPS steps per run, default flags"
 
 last_sps() {  # the SPS of a run's final progress line

@@ -10,11 +10,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+source benchmark/common.sh
+usage_on_help "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-32768}
 REPEATS=${3:-2}
+require_count STEPS "$STEPS"
+require_count REPEATS "$REPEATS"
+require_env_id "$ENV_ID" envpool.atari
 LOGDIR=$(mktemp -d)
-trap 'rm -rf "$LOGDIR"' EXIT
+trap remove_logs_showing_a_failure EXIT
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "torch $($PY -c 'import torch; print(torch.__version__)'), jax $($PY -c 'import jax; print(jax.__version__)' 2>/dev/null)"

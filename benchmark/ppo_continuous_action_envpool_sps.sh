@@ -15,11 +15,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+source benchmark/common.sh
+usage_on_help "$@"
 ENV_ID=${1:-HalfCheetah-v4}
 STEPS=${2:-131072}
 REPEATS=${3:-3}
+require_count STEPS "$STEPS"
+require_count REPEATS "$REPEATS"
+require_env_id "$ENV_ID" envpool.mujoco.gym
 LOGDIR=$(mktemp -d)
-trap 'rm -rf "$LOGDIR"' EXIT
+trap remove_logs_showing_a_failure EXIT
 # Table 5, given explicitly to both scripts so a changed default in either cannot skew the comparison
 TABLE5=(--env-id "$ENV_ID" --total-timesteps "$STEPS" --num-envs 64 --num-steps 64 --learning-rate 0.00295
   --gamma 0.99 --gae-lambda 0.95 --num-minibatches 4 --update-epochs 2 --clip-coef 0.2 --no-clip-vloss

@@ -9,11 +9,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+source benchmark/common.sh
+usage_on_help "$@"
 ENV_ID=${1:-Hopper-v4}
 STEPS=${2:-4000}
 REPEATS=${3:-2}
+require_count STEPS "$STEPS"
+require_count REPEATS "$REPEATS"
+require_env_id "$ENV_ID" envpool.mujoco.gym
 LOGDIR=$(mktemp -d)
-trap 'rm -rf "$LOGDIR"' EXIT
+trap remove_logs_showing_a_failure EXIT
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $($PY -c 'import torch; print(torch.__version__)')"
 common=(--env-id "$ENV_ID" --total-timesteps "$STEPS" --learning-starts 1000 --buffer-size 100000)
