@@ -11,6 +11,7 @@ if __name__ == "__main__":
 
 import os
 import random
+import sys
 from dataclasses import dataclass
 
 import envpool
@@ -108,6 +109,8 @@ def validate_args(args: Args) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, 1, 1, args.total_timesteps)  # one gradient step on the whole batch
+    if args.num_steps < 2:  # the rollout edge cuts every return (compute_returns): one step leaves a lone reward
+        sys.exit(f"error: --num-steps must be >= 2 (a return sums the rewards of one rollout), got {args.num_steps}")
     check_positive(args, "max_episode_steps", "obs_clip")
     check_envpool_id(args.env_id, "envpool.mujoco.gym")
     spec = envpool.make_spec(args.env_id)

@@ -237,6 +237,7 @@ def test_bad_input_gives_one_clear_line(args, expected):
         ({"gamma": 1.5}, ["--gamma", "1.5"]),
         ({"obs_clip": -1.0}, ["--obs-clip", "-1"]),
         ({"max_episode_steps": 0}, ["--max-episode-steps", "0"]),
+        ({"num_steps": 1}, ["--num-steps must be >= 2", "got 1"]),  # was: trained on lone rewards and exited 0
     ],
 )
 def test_validate_args_names_the_bad_value(overrides, expected):
