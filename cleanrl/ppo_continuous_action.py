@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import random
 import sys
+import warnings
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -124,8 +125,15 @@ class Args:
     num_iterations: tyro.conf.Suppress[int] = 0
 
 
+def without_version_advice() -> None:
+    """v4 on purpose (EnvPool's MuJoCo envs and the published tables are v4): Gymnasium's advice to move to v5, on
+    every env it makes, is noise."""
+    warnings.filterwarnings("ignore", message=".*is out of date. You should consider upgrading")
+
+
 def validate_args(args: Args) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
+    without_version_advice()
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
     check_positive(args, "obs_clip", "reward_clip")
@@ -149,6 +157,7 @@ def make_env(env_id: str, num_envs: int, vector_mode: str = "sync", max_episode_
     RecordEpisodeStatistics (`info["episode"]`, mask `info["_episode"]`, at every boundary; its same-step counting is
     checked against hand-counted episodes in the tests). Seed with `envs.reset(seed=...)`: sub-env i gets seed + i."""
     kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
+    without_version_advice()
 
     def make_one() -> gym.Env:
         if multiprocessing.parent_process() is not None:

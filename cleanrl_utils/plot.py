@@ -22,6 +22,7 @@ final return (mean of each run's last 10% of episodes, then mean +- std over see
 (max of the mean curve) and SPS.
 """
 
+import logging
 import os
 import sys
 import warnings
@@ -107,6 +108,9 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
     apart (no hyperparameters and no run-name folder name) are skipped with a note."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    # A resumed run rewrote its steps past the checkpoint (purge_step): tensorboard drops the old ones, as meant, and
+    # would warn about "a TensorFlow restart" for each such run.
+    logging.getLogger("tensorboard").setLevel(logging.ERROR)
     notes = [] if notes is None else notes
     runs = []
     for name in sorted(os.listdir(log_dir)):
