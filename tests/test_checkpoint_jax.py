@@ -509,7 +509,7 @@ def test_bad_resume_files_give_one_clear_line(case, tmp_path):
     for path, fragment in [
         (tmp_path / "missing.msgpack", "does not exist"),
         (junk, "is not a readable checkpoint"),
-        (torch_checkpoint, "is not a readable checkpoint"),
+        (torch_checkpoint, f"is a torch checkpoint of '{case.script.removesuffix('_xla_jax')}', not one of '{case.script}'"),
         (saved_model, "is not a resumable checkpoint (no optimiser state)"),
         (other, f"is a checkpoint of '{other_script}', not of '{case.script}'"),
         (no_key, "has no 'key' entry"),
