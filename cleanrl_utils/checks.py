@@ -156,6 +156,12 @@ ENVPOOL_FAMILIES = {
 }
 
 
+def hide_box_precision_warnings() -> None:
+    """EnvPool's classic-control specs (Pendulum) give float32 Boxes float64 bounds, and Gymnasium warns about the cast
+    each time such a space is built: nothing the user can or should act on."""
+    warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+
+
 def check_envpool_id(env_id: str, family: str, also: tuple[str, ...] = ()) -> None:
     """`env_id` is an EnvPool id of `family` (a key of ENVPOOL_FAMILIES), or one of the ids `also`
     accepts. Close matches are suggested from those only; an id of another EnvPool family is named as such."""
@@ -164,9 +170,7 @@ def check_envpool_id(env_id: str, family: str, also: tuple[str, ...] = ()) -> No
     name, examples = ENVPOOL_FAMILIES[family]
     specs = registry.specs
     if env_id in specs and (specs[env_id][0] == family or env_id in also):
-        # EnvPool's classic-control specs (Pendulum) give float32 Boxes float64 bounds, and Gymnasium warns about the
-        # cast each time such a space is built: nothing the user can or should act on.
-        warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+        hide_box_precision_warnings()
         return
     if env_id in specs:
         other = ENVPOOL_FAMILIES.get(specs[env_id][0], (specs[env_id][0],))[0]

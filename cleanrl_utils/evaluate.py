@@ -19,7 +19,6 @@ import itertools
 import os
 import sys
 import traceback
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +26,7 @@ import torch
 import tyro
 
 from cleanrl_utils.checkpoint import kept_checkpoint_step, upgrade_saved_args
-from cleanrl_utils.checks import MAX_SEED
+from cleanrl_utils.checks import MAX_SEED, hide_box_precision_warnings
 from cleanrl_utils.hardware import native_bf16, this_machine
 from cleanrl_utils.run import check_writable_dir, torch_threads
 from cleanrl_utils.video import record_gymnasium_episodes
@@ -547,9 +546,7 @@ def evaluate_kept_checkpoints(run_dir: str, args: EvalArgs) -> tuple[int, float]
 
 def main() -> None:
     args = tyro.cli(EvalArgs)
-    # EnvPool's classic-control specs (Pendulum) give float32 Boxes float64 bounds, and Gymnasium warns about the cast
-    # each time such a space is built: nothing the user can or should act on (the training scripts hide it too).
-    warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+    hide_box_precision_warnings()  # as the training scripts do
     if args.torch_threads < 0:
         sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
     torch.set_num_threads(torch_threads(args.torch_threads))
