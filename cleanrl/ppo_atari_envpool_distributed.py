@@ -43,6 +43,7 @@ from cleanrl_utils.distributed import (
     exit_on_lost_peer,
     gather_to_rank0,
     init_distributed,
+    leave_the_group_and_exit,
     local_env_seed,
     only_first_local_rank_speaks,
     rank_seed,
@@ -599,8 +600,4 @@ if __name__ == "__main__":
         record_end_step(writer, global_step)
         writer.close()
     envs.close()
-    if distributed():
-        # Tear the group down together: once in about 20 runs, a process that destroyed its gloo group while process 0
-        # was still finishing aborted ("terminate called without an active exception"), and torchrun then failed the run.
-        dist.barrier()
-        dist.destroy_process_group()
+    leave_the_group_and_exit()

@@ -114,13 +114,19 @@ RECORD_EXIT_CODE = """
 import os, runpy, sys
 record_dir, script = sys.argv[1], sys.argv[2]
 sys.argv = sys.argv[2:]
+
+def record(code):
+    with open(os.path.join(record_dir, "exit-" + os.environ["RANK"]), "w") as f:
+        f.write(str(code))
+
+real_exit = os._exit
+os._exit = lambda code: (record(code), real_exit(code))  # the script's own end, skipping the interpreter's teardown
 code = 0
 try:
     runpy.run_path(script, run_name="__main__")
 except SystemExit as exit:
     code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-with open(os.path.join(record_dir, "exit-" + os.environ["RANK"]), "w") as f:
-    f.write(str(code))
+record(code)
 sys.exit(code)
 """
 
