@@ -37,6 +37,7 @@ from cleanrl_utils.checks import (
     check_replay_args,
     check_run_args,
 )
+from cleanrl_utils.evaluate import Player, written_by
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
@@ -51,7 +52,9 @@ from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.vector_env_state import SavedVectorEnv
 from cleanrl_utils.video import VideoJobs
 
-SCRIPT = "dqn"
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
 
 
 @dataclass
@@ -180,6 +183,29 @@ class QNetwork(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.network(x)
+
+
+def evaluation_player(
+    saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
+) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): epsilon-greedy
+    on the Q-values, as CleanRL evaluates DQN (a uniformly random action with probability `epsilon`, 0 with
+    `greedy`; coin flips seeded with `seed`); videos are extra episodes in a Gymnasium env of the same id."""
+    train_args = saved["args"]
+    envs = make_env(train_args["env_id"], num_envs, "sync", train_args["max_episode_steps"])
+    num_actions = int(envs.single_action_space.n)
+    q_network = QNetwork(envs.single_observation_space.shape[0], num_actions)
+    q_network.load_state_dict(saved["model_state_dict"])
+    q_network.to(device).eval()
+    rng, epsilon = np.random.default_rng(seed), 0.0 if greedy else epsilon
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            q_values = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
+        explore = rng.random(len(obs)) < epsilon
+        return np.where(explore, rng.integers(0, num_actions, len(obs)), q_values.argmax(dim=1).cpu().numpy())
+
+    return Player(envs=envs, act=act, film_env_id=train_args["env_id"], reset_seed=seed)
 
 
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
@@ -322,11 +348,19 @@ if __name__ == "__main__":
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
-        torch.save({"script": SCRIPT, "model_state_dict": q_network.state_dict(), "args": vars(args)}, path)
+        torch.save(
+            {**WRITTEN_BY, "model_state_dict": q_network.state_dict(), "args": vars(args)},
+            path,
+        )
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        counters = WRITTEN_BY | dict(
+            run_name=run_name,
+            args=vars(args),
+            iteration=iteration,
+            global_step=global_step,
+        )
         weights = dict(model_state_dict=q_network.state_dict(), target_state_dict=target_network.state_dict())
         weights |= dict(optimizer_state_dict=optimizer.state_dict())
         replay = dict(replay_buffer=rb.state_dict() if args.checkpoint_buffer else {})

@@ -37,6 +37,7 @@ from cleanrl_utils.checks import (
     check_run_args,
 )
 from cleanrl_utils.envpool_time_limit import make_envpool
+from cleanrl_utils.evaluate import Player, play_in_bf16, written_by
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
@@ -50,7 +51,9 @@ from cleanrl_utils.run import (
 from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
-SCRIPT = "dqn_atari_envpool"
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
 
 
 @dataclass
@@ -330,6 +333,31 @@ class QNetwork(nn.Module):
         return self.q_head(hidden.float())
 
 
+def evaluation_player(
+    saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
+) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): whole games,
+    every life, filmed by EnvPool's own renderer; epsilon-greedy on the Q-values, as CleanRL evaluates DQN (a
+    uniformly random action with probability `epsilon`, 0 with `greedy`; coin flips seeded with `seed`)."""
+    train_args = saved["args"]
+    render_mode = "rgb_array" if render else None
+    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    num_actions = int(envs.single_action_space.n)
+    bf16, channels_last = play_in_bf16(train_args, device), train_args["channels_last"] == "on"
+    q_network = QNetwork(num_actions, bf16=bf16, channels_last=channels_last)
+    q_network.load_state_dict(saved["model_state_dict"])
+    q_network.to(device).eval()
+    rng, epsilon = np.random.default_rng(seed), 0.0 if greedy else epsilon
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            q_values = q_network(torch.as_tensor(obs, device=device))  # uint8 frames: the network casts them
+        explore = rng.random(len(obs)) < epsilon
+        return np.where(explore, rng.integers(0, num_actions, len(obs)), q_values.argmax(dim=1).cpu().numpy())
+
+    return Player(envs=envs, act=act, whole_games=True)
+
+
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
     """From start_e at t = 0 down to end_e at t = duration, then end_e (validate_args: end_e <= start_e)."""
     slope = (end_e - start_e) / duration
@@ -395,11 +423,19 @@ if __name__ == "__main__":
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
-        torch.save({"script": SCRIPT, "model_state_dict": q_network.state_dict(), "args": vars(args)}, path)
+        torch.save(
+            {**WRITTEN_BY, "model_state_dict": q_network.state_dict(), "args": vars(args)},
+            path,
+        )
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        counters = WRITTEN_BY | dict(
+            run_name=run_name,
+            args=vars(args),
+            iteration=iteration,
+            global_step=global_step,
+        )
         weights = dict(model_state_dict=q_network.state_dict(), target_state_dict=target_network.state_dict())
         weights |= dict(optimizer_state_dict=optimizer.state_dict())
         replay = dict(replay_buffer=rb.state_dict() if args.checkpoint_buffer else {})

@@ -22,6 +22,7 @@ from torch.distributions.categorical import Categorical
 
 from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
 from cleanrl_utils.checks import check_gymnasium_env, check_memory, check_rollout_shape, check_run_args
+from cleanrl_utils.evaluate import Player, written_by
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
@@ -36,7 +37,9 @@ from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.vector_env_state import SavedVectorEnv
 from cleanrl_utils.video import VideoJobs
 
-SCRIPT = "ppo"
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
 
 
 @dataclass
@@ -184,6 +187,26 @@ class Agent(nn.Module):
         return action, probs.log_prob(action), probs.entropy(), self.critic(obs).squeeze(-1)
 
 
+def evaluation_player(
+    saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
+) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): actions sampled
+    from the policy, or its most likely one with `greedy`; videos are extra episodes in a Gymnasium env of the same
+    id. `epsilon` is DQN's, unused here."""
+    train_args = saved["args"]
+    envs = make_env(train_args["env_id"], num_envs, "sync", train_args["max_episode_steps"])
+    agent = Agent(envs.single_observation_space.shape[0], envs.single_action_space.n)
+    agent.load_state_dict(saved["model_state_dict"])
+    agent.to(device).eval()
+
+    @torch.no_grad()
+    def act(obs: np.ndarray) -> np.ndarray:
+        obs = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        return (agent.actor(obs).argmax(dim=-1) if greedy else agent.get_action_and_value(obs)[0]).cpu().numpy()
+
+    return Player(envs=envs, act=act, film_env_id=train_args["env_id"], reset_seed=seed)
+
+
 def compute_gae_same_step(
     values: torch.Tensor,  # (T, N): V(obs_t)
     last_values: torch.Tensor,  # (N,): V(obs after the rollout)
@@ -312,11 +335,16 @@ if __name__ == "__main__":
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
-        torch.save({"script": SCRIPT, "model_state_dict": agent.state_dict(), "args": vars(args)}, path)
+        torch.save({**WRITTEN_BY, "model_state_dict": agent.state_dict(), "args": vars(args)}, path)
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        counters = WRITTEN_BY | dict(
+            run_name=run_name,
+            args=vars(args),
+            iteration=iteration,
+            global_step=global_step,
+        )
         weights = dict(model_state_dict=agent.state_dict(), optimizer_state_dict=optimizer.state_dict())
         envs_state = dict(env_state=saved_envs.state_dict(), next_obs=next_obs.cpu(), recent_returns=recent_returns)
         return counters | weights | {"rng": torch_rng_states()} | envs_state

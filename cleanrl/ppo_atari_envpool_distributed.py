@@ -50,6 +50,7 @@ from cleanrl_utils.distributed import (
     world_from_env,
 )
 from cleanrl_utils.envpool_time_limit import make_envpool
+from cleanrl_utils.evaluate import Player, play_in_bf16, written_by
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
@@ -63,7 +64,9 @@ from cleanrl_utils.run import (
 from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
-SCRIPT = "ppo_atari_envpool_distributed"
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
 
 
 @dataclass
@@ -258,6 +261,29 @@ class Agent(nn.Module):
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden).squeeze(-1)
 
 
+def evaluation_player(
+    saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
+) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): whole games,
+    every life, filmed by EnvPool's own renderer; actions sampled from the policy, or its most likely one with
+    `greedy`. `epsilon` is DQN's, unused here."""
+    train_args = saved["args"]
+    render_mode = "rgb_array" if render else None
+    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    bf16, channels_last = play_in_bf16(train_args, device), train_args["channels_last"] == "on"
+    agent = Agent(envs.single_action_space.n, bf16=bf16, channels_last=channels_last)
+    agent.load_state_dict(saved["model_state_dict"])
+    agent.to(device).eval()
+
+    @torch.no_grad()
+    def act(obs: np.ndarray) -> np.ndarray:
+        obs = torch.as_tensor(obs, device=device)
+        action = agent.actor(agent.hidden(obs)).argmax(dim=-1) if greedy else agent.get_action_and_value(obs)[0]
+        return action.cpu().numpy()
+
+    return Player(envs=envs, act=act, whole_games=True)
+
+
 def compute_gae(
     values: torch.Tensor,  # (T+1, N): V(obs_t), last row V(obs after the rollout)
     rewards: torch.Tensor,  # (T, N)
@@ -437,11 +463,11 @@ if __name__ == "__main__":
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
-        torch.save({"script": SCRIPT, "model_state_dict": agent.state_dict(), "args": vars(args)}, path)
+        torch.save({**WRITTEN_BY, "model_state_dict": agent.state_dict(), "args": vars(args)}, path)
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         counters["world_size"] = world_size  # process 0's RNG states; the others reseed on resume (rank_seed)
         weights = dict(model_state_dict=agent.state_dict(), optimizer_state_dict=optimizer.state_dict())
         return counters | weights | {"rng": torch_rng_states()}

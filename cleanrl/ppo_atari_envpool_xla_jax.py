@@ -10,6 +10,7 @@ from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stop
 if __name__ == "__main__":
     exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
 
+import itertools
 import os
 import random
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from cleanrl_utils.checkpoint import (
     save_msgpack,
 )
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.evaluate import Player, written_by
 from cleanrl_utils.hardware import choose_speed_levers, jax_machine
 from cleanrl_utils.run import (
     ProgressLine,
@@ -48,7 +50,9 @@ from cleanrl_utils.run import (
 from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
-SCRIPT = "ppo_atari_envpool_xla_jax"
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
 # The divergence check reads these (explained_variance is no loss: NaN when the returns do not vary).
 LOSSES = ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
 
@@ -232,6 +236,29 @@ class Agent(nn.Module):
         """(action logits, value)"""
         hidden = self.hidden(obs)
         return self.actor(hidden), self.critic(hidden).squeeze(-1)
+
+
+def evaluation_player(saved: dict, *, num_envs: int, seed: int, device, greedy: bool, epsilon: float, render: bool) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training), on JAX's device:
+    whole games, every life, filmed by EnvPool's own renderer; actions sampled from the policy, or its most likely
+    one with `greedy`. `device` (torch's) and `epsilon` (DQN's) are unused here."""
+    train_args = saved["args"]
+    render_mode = "rgb_array" if render else None
+    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    bf16 = train_args.get("precision") == "bf16"
+    agent = Agent(envs.single_action_space.n, bf16=bf16, xla_conv=train_args["xla_conv"])
+    params, base_key = saved["model_state_dict"], jax.random.PRNGKey(seed)
+    calls = itertools.count()  # call n samples with fold_in(key, n): a stream without end, however long the games
+
+    @jax.jit
+    def policy(obs, call):
+        logits, _ = agent.apply(params, obs)
+        return logits.argmax(-1) if greedy else jax.random.categorical(jax.random.fold_in(base_key, call), logits)
+
+    space = envs.single_observation_space
+    jax.eval_shape(policy, np.zeros((1, *space.shape), space.dtype), 0)  # parameters that do not fit fail here, at set-up
+
+    return Player(envs=envs, act=lambda obs: np.asarray(policy(obs, next(calls))), whole_games=True)
 
 
 def compute_gae(
@@ -455,11 +482,14 @@ if __name__ == "__main__":
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` evaluate reads, in flax msgpack: the torch twin's keys, flax params as "model_state_dict"."""
-        save_msgpack(path, {"script": SCRIPT, "model_state_dict": runner.train_state.params, "args": vars(args)})
+        save_msgpack(
+            path,
+            {**WRITTEN_BY, "model_state_dict": runner.train_state.params, "args": vars(args)},
+        )
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         # flax TrainState: params, optax state (Adam moments, inject_hyperparams learning rate), step
         weights = dict(train_state=flax.serialization.to_state_dict(runner.train_state), key=runner.key)
         return counters | weights | {"rng": msgpack_rng_states()}

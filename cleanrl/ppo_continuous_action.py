@@ -28,6 +28,7 @@ from torch.distributions.normal import Normal
 
 from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
 from cleanrl_utils.checks import check_gymnasium_env, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.evaluate import Player, written_by
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
@@ -41,7 +42,9 @@ from cleanrl_utils.run import (
 from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
-SCRIPT = "ppo_continuous_action"
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
 
 
 @dataclass
@@ -259,6 +262,33 @@ class Agent(nn.Module):
         return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), self.critic(obs).squeeze(-1)
 
 
+def evaluation_player(
+    saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
+) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): observations
+    normalised with the saved statistics, frozen; actions sampled from the Gaussian (seeded), or its mean with
+    `greedy`, clipped to the bounds; videos are extra episodes in a Gymnasium env of the same id. `epsilon` is
+    DQN's, unused here."""
+    train_args = saved["args"]
+    envs = make_env(train_args["env_id"], num_envs, "sync", train_args["max_episode_steps"])
+    obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
+    agent = Agent(obs_shape[0], action_space.shape[0])
+    agent.load_state_dict(saved["model_state_dict"])
+    agent.to(device).eval()
+    obs_rms = RunningMeanStd(obs_shape)
+    obs_rms.load_state_dict(saved["obs_rms"])
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    @torch.no_grad()
+    def act(obs: np.ndarray) -> np.ndarray:
+        action = agent.actor_mean(torch.as_tensor(normalize_obs(obs, obs_rms, train_args["obs_clip"]), device=device))
+        if not greedy:
+            action = action + agent.actor_logstd.exp() * torch.randn(action.shape, generator=generator, device=device)
+        return np.clip(action.cpu().numpy(), action_space.low, action_space.high)
+
+    return Player(envs=envs, act=act, film_env_id=train_args["env_id"], reset_seed=seed)
+
+
 def compute_gae_same_step(
     values: torch.Tensor,  # (T, N): V(obs_t)
     last_values: torch.Tensor,  # (N,): V(obs after the rollout)
@@ -396,11 +426,14 @@ if __name__ == "__main__":
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights and normaliser statistics."""
         statistics = {name: rms.state_dict() for name, rms in normalisers.items()}
-        torch.save({"script": SCRIPT, "model_state_dict": agent.state_dict(), "args": vars(args)} | statistics, path)
+        torch.save(
+            {**WRITTEN_BY, "model_state_dict": agent.state_dict(), "args": vars(args)} | statistics,
+            path,
+        )
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         weights = dict(model_state_dict=agent.state_dict(), optimizer_state_dict=optimizer.state_dict())
         statistics = {name: rms.state_dict() for name, rms in normalisers.items()}
         return counters | weights | {"rng": torch_rng_states()} | statistics | {"recent_returns": recent_returns}

@@ -8,6 +8,7 @@ from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stop
 if __name__ == "__main__":
     exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
 
+import itertools
 import os
 import random
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from cleanrl_utils.checkpoint import (
     save_msgpack,
 )
 from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.evaluate import Player, written_by
 from cleanrl_utils.run import (
     ProgressLine,
     XlaCompilations,
@@ -45,7 +47,9 @@ from cleanrl_utils.run import (
 from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
-SCRIPT = "ppo_continuous_action_envpool_xla_jax"
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
 # The divergence check reads these (explained_variance is no loss: NaN when the returns do not vary).
 LOSSES = ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
 
@@ -233,6 +237,36 @@ def gaussian_logprob_entropy(mean, logstd, action):
     logprob = -0.5 * ((action - mean) / jnp.exp(logstd)) ** 2 - logstd - 0.5 * jnp.log(2 * jnp.pi)
     entropy = 0.5 + 0.5 * jnp.log(2 * jnp.pi) + logstd
     return logprob.sum(-1), entropy.sum(-1)
+
+
+def evaluation_player(saved: dict, *, num_envs: int, seed: int, device, greedy: bool, epsilon: float, render: bool) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training), on JAX's device:
+    observations normalised with the saved statistics, frozen; actions sampled from the Gaussian, or its mean with
+    `greedy`, clipped to the bounds. EnvPool's MuJoCo cannot render headless, so videos are extra episodes in
+    Gymnasium's env of the same id. `device` (torch's) and `epsilon` (DQN's) are unused here."""
+    train_args = saved["args"]
+    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"])
+    action_space = envs.single_action_space
+    agent = Agent(int(np.prod(action_space.shape)))
+    params, base_key = saved["model_state_dict"], jax.random.PRNGKey(seed)
+    obs_rms = RunningMeanStd(**{name: np.asarray(saved["obs_rms"][name]) for name in ("mean", "var", "count")})
+    calls = itertools.count()  # call n samples with fold_in(key, n): a stream without end, however long the episodes
+
+    @jax.jit
+    def policy(obs, call):
+        action_mean, action_logstd, _ = agent.apply(params, normalize_obs(obs, obs_rms, train_args["obs_clip"]))
+        if greedy:
+            return action_mean
+        return action_mean + jnp.exp(action_logstd) * jax.random.normal(jax.random.fold_in(base_key, call), action_mean.shape)
+
+    space = envs.single_observation_space
+    jax.eval_shape(policy, np.zeros((1, *space.shape), np.float32), 0)  # parameters that do not fit fail here, at set-up
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        action = np.asarray(policy(obs.astype(np.float32), next(calls)), dtype=np.float64)
+        return np.clip(action, action_space.low, action_space.high)
+
+    return Player(envs=envs, act=act, film_env_id=train_args["env_id"])
 
 
 def compute_gae(
@@ -511,13 +545,17 @@ if __name__ == "__main__":
     def model_file(path: str) -> str:
         """The `.cleanrl_model` evaluate reads, in flax msgpack: the torch twin's keys, flax params as "model_state_dict"."""
         to_state_dict, norms = flax.serialization.to_state_dict, runner.norms
-        model = {"script": SCRIPT, "model_state_dict": runner.train_state.params, "args": vars(args)}
+        model = {
+            **WRITTEN_BY,
+            "model_state_dict": runner.train_state.params,
+            "args": vars(args),
+        }
         statistics = {"obs_rms": norms.obs_rms, "return_rms": norms.reward_scaler.return_rms, "value_rms": norms.value_rms}
         save_msgpack(path, model | {name: to_state_dict(value) for name, value in statistics.items()})
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         # TrainState: params, optax state (Adam moments, injected lr), step; normalisers: obs, reward scaler, value
         to_state_dict = flax.serialization.to_state_dict
         weights = dict(train_state=to_state_dict(runner.train_state), normalizers=to_state_dict(runner.norms), key=runner.key)

@@ -30,6 +30,7 @@ from cleanrl_utils.checkpoint import (
 )
 from cleanrl_utils.checks import check_continuous_envpool_id, check_memory, check_positive, check_replay_args, check_run_args
 from cleanrl_utils.envpool_time_limit import make_envpool
+from cleanrl_utils.evaluate import Player, written_by
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
     ProgressLine,
@@ -43,7 +44,9 @@ from cleanrl_utils.run import (
 from cleanrl_utils.steps import say_steps_run
 from cleanrl_utils.video import VideoJobs
 
-SCRIPT = "sac_continuous_action_envpool"
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
 
 
 @dataclass
@@ -276,6 +279,27 @@ class EntropyCoefficient(nn.Module):
         return self.log_alpha.exp()
 
 
+def evaluation_player(
+    saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
+) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): the
+    deterministic policy (tanh of the Gaussian mean, scaled into the bounds), whatever `greedy` says; `epsilon` is DQN's, unused. EnvPool's MuJoCo
+    cannot render headless, so videos are extra episodes in Gymnasium's env of the same id (Pendulum too)."""
+    train_args = saved["args"]
+    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"])
+    action_space = envs.single_action_space
+    actor = Actor(envs.single_observation_space.shape[0], action_space.low, action_space.high)
+    actor.load_state_dict(saved["model_state_dict"])
+    actor.to(device).eval()
+
+    @torch.no_grad()
+    def act(obs: np.ndarray) -> np.ndarray:
+        action = actor.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device))[2]
+        return np.clip(action.cpu().numpy(), action_space.low, action_space.high)
+
+    return Player(envs=envs, act=act, film_env_id=train_args["env_id"])
+
+
 def critic_loss(actor: Actor, critic: QNetworks, target_critic: QNetworks, batch, alpha: torch.Tensor, gamma: float):
     """Soft TD error of both critics on one batch: y = r + gamma * (1 - done) * (min_i Q'_i(s', a') - alpha log pi(a'|s')),
     a' ~ pi(s'). done = 1 only at a termination: a truncated transition bootstraps from its real last observation.
@@ -357,11 +381,11 @@ if __name__ == "__main__":
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, the actor's weights."""
-        torch.save({"script": SCRIPT, "model_state_dict": actor.state_dict(), "args": vars(args)}, path)
+        torch.save({**WRITTEN_BY, "model_state_dict": actor.state_dict(), "args": vars(args)}, path)
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = dict(script=SCRIPT, run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         counters |= dict(num_updates=num_updates)  # the delayed schedules go on where they were
         weights = dict(model_state_dict=actor.state_dict(), critic_state_dict=critic.state_dict())
         weights |= dict(target_critic_state_dict=target_critic.state_dict(), entropy_state_dict=entropy.state_dict())

@@ -233,7 +233,8 @@ def test_saved_model_evaluates_epsilon_greedy(cartpole_run):
 
     model_path = os.path.join(cartpole_run, f"{SCRIPT}.cleanrl_model")
     checkpoint = torch.load(model_path, weights_only=True)
-    assert checkpoint["script"] == SCRIPT and set(checkpoint) == {"script", "model_state_dict", "args"}
+    assert checkpoint["script"] == SCRIPT and checkpoint["script_path"] == f"cleanrl/{SCRIPT}.py"
+    assert set(checkpoint) == {"script", "script_path", "model_state_dict", "args"}
     returns = evaluate(model_path, episodes=10, seed=1, cuda=False)  # epsilon 0.05, as CleanRL evaluates DQN
     assert np.mean(returns) >= 150, returns
     assert evaluate(model_path, episodes=10, seed=1, cuda=False) == returns  # seeded

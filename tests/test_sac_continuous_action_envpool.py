@@ -154,7 +154,8 @@ def test_saved_model_evaluates_its_deterministic_policy(pendulum_run):
 
     model_path = os.path.join(pendulum_run, f"{SCRIPT}.cleanrl_model")
     checkpoint = torch.load(model_path, weights_only=True)
-    assert checkpoint["script"] == SCRIPT and set(checkpoint) == {"script", "model_state_dict", "args"}
+    assert checkpoint["script"] == SCRIPT and checkpoint["script_path"] == f"cleanrl/{SCRIPT}.py"
+    assert set(checkpoint) == {"script", "script_path", "model_state_dict", "args"}
     returns = evaluate(model_path, episodes=5, seed=1, cuda=False)
     assert np.mean(returns) >= -300, returns
     assert evaluate(model_path, episodes=5, seed=1, cuda=False) == returns  # deterministic policy, seeded envs

@@ -2,8 +2,8 @@
 and its one-line errors."""
 
 import glob
-import itertools
 import os
+import re
 import subprocess
 import sys
 
@@ -70,7 +70,17 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     (tmp_path / "junk.cleanrl_model").write_bytes(os.urandom(500))
     one_line_exit(lambda: evaluate(str(tmp_path / "junk.cleanrl_model")), "is not a readable .cleanrl_model file")
     torch.save({"script": "not_a_script", "model_state_dict": {}, "args": {}}, tmp_path / "other.cleanrl_model")
-    one_line_exit(lambda: evaluate(str(tmp_path / "other.cleanrl_model")), "no evaluator for script 'not_a_script'")
+    one_line_exit(
+        lambda: evaluate(str(tmp_path / "other.cleanrl_model")), "written by 'not_a_script', which is not at", "--script"
+    )
+    (tmp_path / "no_player.py").write_text("SCRIPT = 'no_player'\n")  # a script without evaluation_player
+    one_line_exit(
+        lambda: evaluate(str(tmp_path / "other.cleanrl_model"), script=str(tmp_path / "no_player.py")),
+        "defines no evaluation_player(saved, *, num_envs, seed, device, greedy, epsilon, render)",
+    )
+    one_line_exit(
+        lambda: evaluate(str(tmp_path / "other.cleanrl_model"), script="missing.py"), "--script 'missing.py' does not exist"
+    )
     torch.save({"script": "ppo", "model_state_dict": {}}, tmp_path / "no_args.cleanrl_model")
     one_line_exit(lambda: evaluate(str(tmp_path / "no_args.cleanrl_model")), "(no training args)")
     one_line_exit(lambda: evaluate(str(tmp_path / "other.cleanrl_model"), episodes=0), "--episodes must be a positive")
@@ -177,15 +187,32 @@ def test_a_model_that_does_not_fit_its_script_gives_one_line(tmp_path):
         )
 
 
-def test_jax_evaluation_draws_keys_past_a_million_policy_calls(jax_run, monkeypatch):
-    """The JAX evaluators drew from a pre-split array of 10^6 keys; a long evaluation (32 Atari games of up to
-    27,000 steps) ran out. Started as if 10^6 calls had been made already, it still plays, and sampled (not greedy)
-    actions differ from those of the first calls."""
-    model_path = glob.glob(os.path.join(jax_run, "*.cleanrl_model"))[0]
-    first = evaluate_module.evaluate(model_path, episodes=2, seed=3, cuda=False)
-    monkeypatch.setattr(evaluate_module, "policy_calls", lambda: itertools.count(10**6))
-    late = evaluate_module.evaluate(model_path, episodes=2, seed=3, cuda=False)
-    assert len(late) == 2 and late != first
+def test_jax_evaluation_draws_a_new_key_for_every_policy_call(jax_run):
+    """The JAX players fold a call counter into the evaluation key, a stream without end (a pre-split array of 10^6
+    keys ran out in a long evaluation: 32 Atari games of up to 27,000 steps each). The same observations played
+    twice get different sampled actions, and a new player on the same seed repeats them."""
+    import numpy as np
+
+    saved = evaluate_module.load_checkpoint(glob.glob(os.path.join(jax_run, "*.cleanrl_model"))[0])
+    script = evaluate_module.import_script(evaluate_module.find_script(saved, "model", None))
+
+    def two_calls() -> list[np.ndarray]:
+        player = script.evaluation_player(saved, num_envs=2, seed=3, device=None, greedy=False, epsilon=0.0, render=False)
+        obs, _ = player.envs.reset()
+        actions = [player.act(obs), player.act(obs)]
+        player.envs.close()
+        return actions
+
+    first, second = two_calls()
+    assert not np.allclose(first, second)
+    np.testing.assert_allclose(np.stack(two_calls()), np.stack([first, second]), rtol=1e-5, atol=1e-6)
+
+
+def test_evaluate_names_no_script():
+    """The dispatch table is gone: every script plays its own models (tests/test_copied_script.py)."""
+    source = open(evaluate_module.__file__).read()
+    names = [name[: -len(".py")] for name in os.listdir(os.path.join(REPO, "cleanrl")) if not name.startswith("__")]
+    assert names and not [name for name in names if re.search(rf"\b{name}\b", source)]
 
 
 def test_an_error_while_episodes_play_is_not_blamed_on_the_model_file(jax_run, monkeypatch):
