@@ -430,12 +430,12 @@ if __name__ == "__main__":
             prev_episode_over = terminations[-1] | truncations[-1]  # carried into the next rollout's row 0
             returns = advantages + values[:-1]
 
-        # flatten the batch: (obs, actions, advantages, returns, valid)
-        rollout = (obs, actions, advantages, returns, valid_mask)
-        batch = [x.reshape((args.batch_size,) + x.shape[2:]) for x in rollout]
+        # flatten the batch: one named field per argument of the loss
+        rollout = dict(obs=obs, actions=actions, advantages=advantages, returns=returns, valid=valid_mask)
+        batch = {name: x.reshape((args.batch_size,) + x.shape[2:]) for name, x in rollout.items()}
 
         # Optimizing the policy and value network: one gradient step on the whole batch (Tianshou: repetitions 1)
-        loss, stats = a2c_loss(agent, *batch, args)
+        loss, stats = a2c_loss(agent, **batch, args=args)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
@@ -457,7 +457,15 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(agent, loss)
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)
         last = iteration == args.num_iterations or stopping

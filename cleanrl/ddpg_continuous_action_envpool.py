@@ -445,7 +445,15 @@ if __name__ == "__main__":
             threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
             finite = torch_all_finite(online, None if stats is None else stats["qf1_loss"])
-            exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+            exit_if_diverged(
+                finite,
+                iteration=iteration,
+                global_step=global_step,
+                checkpoint_path=checkpoint_path,
+                resumed_from=args.resume,
+                writer=writer,
+                progress=progress,
+            )
         if saving:
             save_torch(checkpoint_path, training_state(iteration), progress)
         if args.capture_video and (iteration % args.video_every == 0 or last):

@@ -520,7 +520,13 @@ if __name__ == "__main__":
             threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
             exit_if_diverged(
-                torch_all_finite(q_network, loss), iteration, global_step, checkpoint_path, writer, progress, args.resume
+                torch_all_finite(q_network, loss),
+                iteration=iteration,
+                global_step=global_step,
+                checkpoint_path=checkpoint_path,
+                resumed_from=args.resume,
+                writer=writer,
+                progress=progress,
             )
         if saving:  # with the buffer this is GBs: a slow save says what it cost
             save_torch(checkpoint_path, training_state(iteration), progress)

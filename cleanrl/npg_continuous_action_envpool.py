@@ -556,7 +556,15 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(agent, torch.stack([loss, stats["policy_loss"]]))
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)
         last = iteration == args.num_iterations or stopping

@@ -429,9 +429,10 @@ if __name__ == "__main__":
             prev_episode_over = terminations[-1] | truncations[-1]  # carried into the next rollout's row 0
             returns = advantages + values[:-1]
 
-        # flatten the batch: (obs, actions, old logprobs, advantages, returns, old values, valid)
-        rollout = (obs, actions, logprobs, advantages, returns, values[:-1], valid_mask)
-        batch = [x.reshape((args.batch_size,) + x.shape[2:]) for x in rollout]
+        # flatten the batch: one named field per argument of the loss
+        rollout = dict(obs=obs, actions=actions, old_logprobs=logprobs, advantages=advantages, returns=returns)
+        rollout |= dict(old_values=values[:-1], valid=valid_mask)
+        batch = {name: x.reshape((args.batch_size,) + x.shape[2:]) for name, x in rollout.items()}
 
         # Optimizing the policy and value network
         clipfracs = []
@@ -439,7 +440,7 @@ if __name__ == "__main__":
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
-                loss, stats = ppo_loss(agent, *[x.index_select(0, mb_inds) for x in batch], args)
+                loss, stats = ppo_loss(agent, **{name: x.index_select(0, mb_inds) for name, x in batch.items()}, args=args)
                 clipfracs.append(stats["clipfrac"])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -449,7 +450,7 @@ if __name__ == "__main__":
             if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                 break
 
-        b_returns, b_values, b_valid = batch[4], batch[5], batch[6]
+        b_returns, b_values, b_valid = batch["returns"], batch["old_values"], batch["valid"]
         valid_values, valid_returns = b_values[b_valid], b_returns[b_valid]
         var_y = valid_returns.var()
         explained_var = (1 - (valid_returns - valid_values).var() / var_y).item() if var_y > 0 else float("nan")
@@ -467,7 +468,15 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(agent, loss)
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration))
         last = iteration == args.num_iterations or stopping

@@ -459,7 +459,7 @@ def ppo_loss(
     return loss, {name: value.detach() for name, value in stats.items()}  # logged, not differentiated
 
 
-def ppo_update(agent: Agent, optimizer, batch: list[torch.Tensor], args: Args, generator: torch.Generator):
+def ppo_update(agent: Agent, optimizer, batch: dict[str, torch.Tensor], args: Args, generator: torch.Generator):
     """The update epochs on one flattened rollout, minibatch order drawn from `generator` (the actor thread
     of --overlap samples actions from torch's global RNG at the same time). Returns (last loss, last
     minibatch's stats, every minibatch's clipfrac)."""
@@ -468,7 +468,7 @@ def ppo_update(agent: Agent, optimizer, batch: list[torch.Tensor], args: Args, g
         b_inds = torch.randperm(args.batch_size, device=generator.device, generator=generator)
         for start in range(0, args.batch_size, args.minibatch_size):
             mb_inds = b_inds[start : start + args.minibatch_size]
-            loss, stats = ppo_loss(agent, *[x.index_select(0, mb_inds) for x in batch], args)
+            loss, stats = ppo_loss(agent, **{name: x.index_select(0, mb_inds) for name, x in batch.items()}, args=args)
             clipfracs.append(stats["clipfrac"])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -594,14 +594,15 @@ if __name__ == "__main__":
             )
             returns = advantages + rollout_values
 
-        # flatten the batch: (obs, actions, old logprobs, advantages, returns, old values, valid)
-        rollout = (storage["obs"], storage["actions"], storage["logprobs"], advantages, returns, rollout_values, valid_mask)
-        batch = [x.reshape((args.batch_size,) + x.shape[2:]) for x in rollout]
+        # flatten the batch: one named field per argument of the loss
+        rollout = dict(obs=storage["obs"], actions=storage["actions"], old_logprobs=storage["logprobs"])
+        rollout |= dict(advantages=advantages, returns=returns, old_values=rollout_values, valid=valid_mask)
+        batch = {name: x.reshape((args.batch_size,) + x.shape[2:]) for name, x in rollout.items()}
 
         # Optimizing the policy and value network
         loss, stats, clipfracs = ppo_update(agent, optimizer, batch, args, update_rng)
 
-        b_returns, b_values, b_valid = batch[4], batch[5], batch[6]
+        b_returns, b_values, b_valid = batch["returns"], batch["old_values"], batch["valid"]
         valid_values, valid_returns = b_values[b_valid], b_returns[b_valid]
         var_y = valid_returns.var()
         explained_var = (1 - (valid_returns - valid_values).var() / var_y).item() if var_y > 0 else float("nan")
@@ -619,7 +620,15 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(agent, loss)
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration))
         last = iteration == args.num_iterations or stopping

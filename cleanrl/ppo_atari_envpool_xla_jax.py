@@ -372,7 +372,7 @@ def make_train_iteration(args: Args, agent: Agent, step_env):
 
     def update_minibatch(train_state, minibatch):
         grad_fn = jax.value_and_grad(ppo_loss, has_aux=True)
-        (_, stats), grads = grad_fn(train_state.params, agent, *minibatch, args)
+        (_, stats), grads = grad_fn(train_state.params, agent, **minibatch, args=args)
         return train_state.apply_gradients(grads=grads), stats
 
     def update_epoch(carry, _):
@@ -408,8 +408,9 @@ def make_train_iteration(args: Args, agent: Agent, step_env):
         returns = advantages + values[:-1]
         prev_episode_over = terminations[-1] | truncations[-1]
 
-        # flatten the batch: (obs, actions, old logprobs, advantages, returns, old values, valid)
-        flat = (rollout["obs"], rollout["actions"], rollout["logprobs"], advantages, returns, values[:-1], valid_mask)
+        # flatten the batch: one named field per argument of the loss
+        flat = dict(obs=rollout["obs"], actions=rollout["actions"], old_logprobs=rollout["logprobs"])
+        flat |= dict(advantages=advantages, returns=returns, old_values=values[:-1], valid=valid_mask)
         batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]), flat)
 
         # Optimizing the policy and value network
@@ -422,7 +423,7 @@ def make_train_iteration(args: Args, agent: Agent, step_env):
         logs = {name: value[last_epoch, -1] for name, value in stats.items()}
         logs["clipfrac"] = (stats["clipfrac"] * ran[:, None]).sum() / (ran.sum() * args.num_minibatches)
 
-        _, b_returns, b_values, b_valid = batch[3], batch[4], batch[5], batch[6]
+        b_returns, b_values, b_valid = batch["returns"], batch["old_values"], batch["valid"]
         var_y = masked_mean((b_returns - masked_mean(b_returns, b_valid)) ** 2, b_valid)
         residual = b_returns - b_values
         var_res = masked_mean((residual - masked_mean(residual, b_valid)) ** 2, b_valid)
@@ -524,7 +525,15 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = all(np.isfinite(logs[name]) for name in LOSSES) and bool(logs["params_finite"])
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_msgpack(checkpoint_path, training_state(iteration))
         last = iteration == args.num_iterations or stopping

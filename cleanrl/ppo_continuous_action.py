@@ -494,9 +494,10 @@ if __name__ == "__main__":
             )
             returns = advantages + values
 
-        # flatten the batch: (obs, actions, old logprobs, advantages, returns, old values)
-        rollout = (obs, actions, logprobs, advantages, returns, values)
-        batch = [x.reshape((args.batch_size,) + x.shape[2:]) for x in rollout]
+        # flatten the batch: one named field per argument of the loss
+        rollout = dict(obs=obs, actions=actions, old_logprobs=logprobs, advantages=advantages, returns=returns)
+        rollout |= dict(old_values=values)
+        batch = {name: x.reshape((args.batch_size,) + x.shape[2:]) for name, x in rollout.items()}
 
         # Optimizing the policy and value network
         clipfracs = []
@@ -504,7 +505,7 @@ if __name__ == "__main__":
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
-                loss, stats = ppo_loss(agent, *[x[mb_inds] for x in batch], args)
+                loss, stats = ppo_loss(agent, **{name: x[mb_inds] for name, x in batch.items()}, args=args)
                 clipfracs.append(stats["clipfrac"])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -514,7 +515,7 @@ if __name__ == "__main__":
             if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                 break
 
-        b_returns, b_values = batch[4], batch[5]
+        b_returns, b_values = batch["returns"], batch["old_values"]
         var_y = b_returns.var()
         explained_var = (1 - (b_returns - b_values).var() / var_y).item() if var_y > 0 else float("nan")
 
@@ -531,7 +532,15 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(agent, loss)
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration))
         last = iteration == args.num_iterations or stopping

@@ -481,11 +481,12 @@ if __name__ == "__main__":
                 value_rms.update(returns[valid_mask].cpu().numpy())
                 value_mean, value_std = float(value_rms.mean), float(np.sqrt(value_rms.var + 1e-8))
 
-        # flatten the batch: (obs, actions, old logprobs, advantages, returns, old values, valid); returns and
-        # old values in the critic's output space, where the value loss works (identity without --norm-value)
+        # flatten the batch, one named field per argument of the loss; returns and old values in the critic's output
+        # space, where the value loss works (identity without --norm-value)
         critic_returns, critic_values = (returns - value_mean) / value_std, (values[:-1] - value_mean) / value_std
-        rollout = (obs, actions, logprobs, advantages, critic_returns, critic_values, valid_mask)
-        batch = [x.reshape((args.batch_size,) + x.shape[2:]) for x in rollout]
+        rollout = dict(obs=obs, actions=actions, old_logprobs=logprobs, advantages=advantages, returns=critic_returns)
+        rollout |= dict(old_values=critic_values, valid=valid_mask)
+        batch = {name: x.reshape((args.batch_size,) + x.shape[2:]) for name, x in rollout.items()}
 
         # Optimizing the policy and value network
         clipfracs = []
@@ -494,7 +495,7 @@ if __name__ == "__main__":
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
-                loss, stats = ppo_loss(agent, *[x[mb_inds] for x in batch], args)
+                loss, stats = ppo_loss(agent, **{name: x[mb_inds] for name, x in batch.items()}, args=args)
                 clipfracs.append(stats["clipfrac"])
                 epoch_kls.append(stats["approx_kl"])
                 optimizer.zero_grad(set_to_none=True)
@@ -528,7 +529,15 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(agent, loss)
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration))
         last = iteration == args.num_iterations or stopping

@@ -398,7 +398,7 @@ def make_train_iteration(args: Args, agent: Agent, step_env, action_low: np.ndar
 
     def update_minibatch(train_state, minibatch):
         grad_fn = jax.value_and_grad(ppo_loss, has_aux=True)
-        (_, stats), grads = grad_fn(train_state.params, agent, *minibatch, args)
+        (_, stats), grads = grad_fn(train_state.params, agent, **minibatch, args=args)
         return train_state.apply_gradients(grads=grads), stats
 
     def update_epoch(carry, _):
@@ -447,10 +447,11 @@ def make_train_iteration(args: Args, agent: Agent, step_env, action_low: np.ndar
             norms = norms.replace(value_rms=norms.value_rms.update(returns, valid_mask))
             value_mean, value_std = value_stats(norms.value_rms)
 
-        # flatten the batch; the value loss works in the critic's output space (identity without
-        # --norm-value): (obs, actions, old logprobs, advantages, value targets, old critic, valid)
+        # flatten the batch, one named field per argument of the loss; the value loss works in the critic's output
+        # space (identity without --norm-value)
         targets, old_critic = (returns - value_mean) / value_std, (values[:-1] - value_mean) / value_std
-        flat = (rollout["obs"], rollout["actions"], rollout["logprobs"], advantages, targets, old_critic, valid_mask)
+        flat = dict(obs=rollout["obs"], actions=rollout["actions"], old_logprobs=rollout["logprobs"])
+        flat |= dict(advantages=advantages, returns=targets, old_values=old_critic, valid=valid_mask)
         batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]), flat)
 
         # Optimizing the policy and value network
@@ -591,7 +592,15 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = all(np.isfinite(logs[name]) for name in LOSSES) and bool(logs["params_finite"])
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_msgpack(checkpoint_path, training_state(iteration))
         last = iteration == args.num_iterations or stopping

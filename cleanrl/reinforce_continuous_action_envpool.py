@@ -387,12 +387,12 @@ if __name__ == "__main__":
             if args.norm_returns:
                 returns = normalize_returns(returns, valid_mask, return_rms)
 
-        # flatten the batch: (obs, actions, returns, valid)
-        rollout = (obs, actions, returns, valid_mask)
-        batch = [x.reshape((args.batch_size,) + x.shape[2:]) for x in rollout]
+        # flatten the batch: one named field per argument of the loss
+        rollout = dict(obs=obs, actions=actions, returns=returns, valid=valid_mask)
+        batch = {name: x.reshape((args.batch_size,) + x.shape[2:]) for name, x in rollout.items()}
 
         # Optimizing the policy: one gradient step on the whole batch (Tianshou: --repeat-per-collect 1, no --batch-size)
-        loss, stats = reinforce_loss(agent, *batch)
+        loss, stats = reinforce_loss(agent, **batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -408,7 +408,15 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(agent, loss)
-        exit_if_diverged(finite, iteration, global_step, checkpoint_path, writer, progress, args.resume)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)
         last = iteration == args.num_iterations or stopping

@@ -477,7 +477,14 @@ if __name__ == "__main__":
             nets = nn.ModuleList([actor, critic, entropy])
             finite = torch_all_finite(nets, None if stats is None else stats["qf1_loss"] + stats["qf2_loss"])
             exit_if_diverged(
-                finite, iteration, global_step, checkpoint_path, writer, progress, args.resume, "--q-lr or --policy-lr"
+                finite,
+                iteration=iteration,
+                global_step=global_step,
+                checkpoint_path=checkpoint_path,
+                resumed_from=args.resume,
+                writer=writer,
+                progress=progress,
+                flag="--q-lr or --policy-lr",
             )
         if saving:
             save_torch(checkpoint_path, training_state(iteration), progress)

@@ -225,12 +225,13 @@ def torch_all_finite(model, loss=None) -> bool:
 
 def exit_if_diverged(
     finite: bool,
+    *,
     iteration: int,
     global_step: int,
     checkpoint_path: str,
+    resumed_from: str | None,
     writer,
     progress,
-    resumed_from: str | None = None,
     flag: str = "--learning-rate",
 ) -> None:
     """A diverged run (non-finite loss or parameters) stops here, before any checkpoint could be

@@ -194,15 +194,15 @@ def test_overlap_update_equals_serial_update():
     args = Args(update_epochs=2, num_minibatches=4)
     args.batch_size, args.minibatch_size = 64, 16
     agent = Agent(4, bf16=False, channels_last=False)
-    batch = [
-        torch.randint(0, 256, (64, 4, 84, 84), dtype=torch.uint8),
-        torch.randint(0, 4, (64,)),
-        torch.randn(64) - 1.4,
-        torch.randn(64),
-        torch.randn(64),
-        torch.randn(64),
-        torch.rand(64) > 0.1,
-    ]
+    batch = dict(
+        obs=torch.randint(0, 256, (64, 4, 84, 84), dtype=torch.uint8),
+        actions=torch.randint(0, 4, (64,)),
+        old_logprobs=torch.randn(64) - 1.4,
+        advantages=torch.randn(64),
+        returns=torch.randn(64),
+        old_values=torch.randn(64),
+        valid=torch.rand(64) > 0.1,
+    )
 
     def updated_weights(with_actor: bool) -> dict:
         learner = copy.deepcopy(agent)

@@ -38,10 +38,11 @@ def fixed_batch():
     advantages, returns, old_values = (torch.randn(NUM_STEPS, n_envs, generator=g) for _ in range(3))
     stale = torch.rand(NUM_STEPS, LOCAL_ENVS, generator=g) < 0.2
     valid = ~torch.cat([stale, stale], dim=1)
-    columns = [obs, actions, old_logprobs, advantages, returns, old_values, valid]
+    columns = dict(obs=obs, actions=actions, old_logprobs=old_logprobs, advantages=advantages, returns=returns)
+    columns |= dict(old_values=old_values, valid=valid)
 
     def flat(envs: slice):
-        return [x[:, envs].reshape((-1,) + x.shape[2:]) for x in columns]
+        return {name: x[:, envs].reshape((-1,) + x.shape[2:]) for name, x in columns.items()}
 
     return flat(slice(0, LOCAL_ENVS)), flat(slice(LOCAL_ENVS, n_envs)), flat(slice(0, n_envs))
 
@@ -59,7 +60,7 @@ def gradient_worker(out_dir: str) -> None:
     for norm_adv in (True, False):
         agent = fresh_agent()
         ddp = loss_module(agent, Args(norm_adv=norm_adv), device)  # kept alive: its reducer runs in backward()
-        loss, _ = ddp(*half)
+        loss, _ = ddp(**half)
         loss.backward()
         torch.save([p.grad for p in agent.parameters()], os.path.join(out_dir, f"grads_{norm_adv}_{rank}.pt"))
     # --target-kl 0.002, rank 1's KL 0: rank 0's 0.003 alone would stop, the mean 0.0015 goes on; 0.005 (mean 0.0025)
@@ -178,7 +179,7 @@ def ddp_gradients(tmp_path_factory):
 
 def single_process_gradients(minibatch, norm_adv: bool) -> list[torch.Tensor]:
     agent = fresh_agent()
-    loss, _ = ppo_loss(agent, *minibatch, Args(norm_adv=norm_adv))
+    loss, _ = ppo_loss(agent, **minibatch, args=Args(norm_adv=norm_adv))
     loss.backward()
     return [p.grad for p in agent.parameters()]
 

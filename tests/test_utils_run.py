@@ -233,23 +233,24 @@ class Recorder:
 def test_exit_if_diverged_names_the_last_good_checkpoint(tmp_path):
     writer, progress = Recorder(), Recorder()
     checkpoint = tmp_path / "run" / "checkpoint.pt"
-    exit_if_diverged(True, 3, 1536, str(checkpoint), writer, progress)  # finite: nothing happens
+    where = dict(iteration=3, global_step=1536, checkpoint_path=str(checkpoint), writer=writer, progress=progress)
+    exit_if_diverged(True, **where, resumed_from=None)  # finite: nothing happens
     assert writer.calls == [] and progress.calls == []
     start = "error: non-finite loss or parameters at iteration 3 (global step 1,536); "
-    message = one_line_exit(lambda: exit_if_diverged(False, 3, 1536, str(checkpoint), writer, progress))
+    message = one_line_exit(lambda: exit_if_diverged(False, **where, resumed_from=None))
     assert message == start + "no checkpoint was written; try a lower --learning-rate"
     assert writer.calls == ["close"] and progress.calls == ["end_line"]  # events flushed, live line ended
     os.chdir(tmp_path)  # a relative --resume path is named absolute
     try:
-        message = one_line_exit(lambda: exit_if_diverged(False, 3, 1536, str(checkpoint), writer, progress, "old.pt"))
+        message = one_line_exit(lambda: exit_if_diverged(False, **where, resumed_from="old.pt"))
     finally:
         os.chdir(REPO)
     assert message == start + f"last good checkpoint: {tmp_path / 'old.pt'}; try a lower --learning-rate"
     checkpoint.parent.mkdir()
     checkpoint.write_bytes(b"")
-    message = one_line_exit(lambda: exit_if_diverged(False, 3, 1536, str(checkpoint), writer, progress, "old.pt"))
+    message = one_line_exit(lambda: exit_if_diverged(False, **where, resumed_from="old.pt"))
     assert message == start + f"last good checkpoint: {checkpoint}; try a lower --learning-rate"  # the run folder's first
-    message = one_line_exit(lambda: exit_if_diverged(False, 3, 1536, str(checkpoint), writer, progress, None, "--q-lr"))
+    message = one_line_exit(lambda: exit_if_diverged(False, **where, resumed_from=None, flag="--q-lr"))
     assert message.endswith("; try a lower --q-lr")  # the flag the script names
 
 
