@@ -79,6 +79,9 @@ class Args:
     checkpoint_every: int = 0
     """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (one iteration = one step
     of every env; 0: only at Ctrl-C and at the end)"""
+    keep_checkpoints: bool = False
+    """keep every checkpoint as `checkpoint-{global_step}.pt` too, to evaluate the run's best point afterwards:
+    `python -m cleanrl_utils.evaluate --model-path runs/{run_name} --greedy` (with the replay buffer in each, a kept checkpoint is as large as the buffer: see --checkpoint-buffer)"""
     checkpoint_buffer: bool = True
     """put the replay buffer in the checkpoint; with --no-checkpoint-buffer a resumed run refills an empty buffer for
     --learning-starts steps before it trains again"""
@@ -455,7 +458,7 @@ if __name__ == "__main__":
                 progress=progress,
             )
         if saving:
-            save_torch(checkpoint_path, training_state(iteration), progress)
+            save_torch(checkpoint_path, training_state(iteration), progress, keep=args.keep_checkpoints)
         if args.capture_video and (iteration % args.video_every == 0 or last):
             videos.film(iteration, final=last)  # at most one evaluator at a time
         progress.show(global_step, sps, recent_returns, final=last)

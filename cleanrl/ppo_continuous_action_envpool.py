@@ -63,6 +63,9 @@ class Args:
     """the folder the run's tensorboard events (and saved model) go under"""
     checkpoint_every: int = 0
     """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (0: only at Ctrl-C and at the end)"""
+    keep_checkpoints: bool = False
+    """keep every checkpoint as `checkpoint-{global_step}.pt` too, to evaluate the run's best point afterwards:
+    `python -m cleanrl_utils.evaluate --model-path runs/{run_name} --greedy`"""
     resume: str | None = None
     """continue from a checkpoint: same run folder, args, step counter, lr schedule, optimiser, normaliser and RNG states"""
     capture_video: bool = False
@@ -539,7 +542,7 @@ if __name__ == "__main__":
             progress=progress,
         )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
-            save_torch(checkpoint_path, training_state(iteration))
+            save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)
         last = iteration == args.num_iterations or stopping
         if args.capture_video and (iteration % args.video_every == 0 or last):
             videos.film(iteration, final=last)  # at most one evaluator at a time

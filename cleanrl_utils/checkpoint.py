@@ -102,6 +102,19 @@ def kept_checkpoint_step(name: str) -> tuple[int, str] | None:
     return (int(match.group(1)), match.group(2)) if match else None
 
 
+def keep_a_link(path: str, global_step: int, write: Callable) -> None:
+    """The checkpoint just written at `path`, kept under its step as well (kept_checkpoint_path): a hard link where
+    the file system allows (the next save renames a new file over `path`, so the kept one is never overwritten and
+    costs no second copy), else a second file written with `write`."""
+    kept = kept_checkpoint_path(path, global_step)
+    if os.path.exists(kept):  # a resumed run saving the same step again
+        os.remove(kept)
+    try:
+        os.link(path, kept)
+    except OSError:  # no hard links here (some network and FAT file systems)
+        write_atomically(kept, write)
+
+
 def save_torch(path: str, state: dict, progress=None, keep: bool = False) -> None:
     """With `progress` (the run's ProgressLine), a save that took over a second is reported in one line, size
     and time: a checkpoint holding a replay buffer is GBs. With `keep` the checkpoint is also kept under its
@@ -112,24 +125,20 @@ def save_torch(path: str, state: dict, progress=None, keep: bool = False) -> Non
     start = time.time()
     write_atomically(path, lambda f: torch.save(state, f))
     if keep:
-        kept = kept_checkpoint_path(path, state["global_step"])
-        if os.path.exists(kept):  # a resumed run saving the same step again
-            os.remove(kept)
-        try:
-            os.link(path, kept)
-        except OSError:  # no hard links here (some network and FAT file systems)
-            write_atomically(kept, lambda f: torch.save(state, f))
+        keep_a_link(path, state["global_step"], lambda f: torch.save(state, f))
     seconds = time.time() - start
     if progress is not None and seconds > 1:
         progress.end_line()
         print(f"checkpoint: {os.path.getsize(path) / 1e9:.2f} GB written in {seconds:.1f} s", flush=True)
 
 
-def save_msgpack(path: str, state: dict) -> None:
-    """flax msgpack, no pickle: arrays keep their dtypes and shapes, the rest is plain data."""
+def save_msgpack(path: str, state: dict, keep: bool = False) -> None:
+    """flax msgpack, no pickle: arrays keep their dtypes and shapes, the rest is plain data. `keep` as in save_torch."""
     import flax.serialization
 
     write_atomically(path, lambda f: f.write(flax.serialization.msgpack_serialize(state)))
+    if keep:
+        keep_a_link(path, state["global_step"], lambda f: f.write(flax.serialization.msgpack_serialize(state)))
 
 
 def _fail(flag: str, path: str, reason: str):

@@ -4,9 +4,9 @@
     python -m cleanrl_utils.evaluate --model-path ... --episodes 2 --capture-video   # MP4s beside the model
     python -m cleanrl_utils.evaluate --model-path runs/<run> --greedy   # every kept checkpoint, and the best
 
-A folder evaluates each `checkpoint-<step>.pt` a run kept with `--keep-checkpoints`, in training order, on the
-same evaluation seed, and names the best: the "best mean test return during training" that Tianshou's tables
-report, next to which a run's final training return is the stricter figure.
+A folder evaluates each `checkpoint-<step>.pt` (JAX: `.msgpack`) a run kept with `--keep-checkpoints`, in
+training order, on the same evaluation seed, and names the best: the "best mean test return during training" that
+Tianshou's tables report, next to which a run's final training return is the stricter figure.
 
 A `.cleanrl_model` file (and every checkpoint) holds the script's name and path, its args and the weights (plus,
 for scripts that normalise observations, the normaliser state), so nothing else needs to be passed. The script
@@ -303,7 +303,7 @@ def kept_checkpoints(run_dir: str) -> list[tuple[int, str]]:
     kept = []
     for name in os.listdir(run_dir):
         step_ext = kept_checkpoint_step(name)
-        if step_ext and step_ext[1] == ".pt":
+        if step_ext and step_ext[1] in (".pt", ".msgpack"):
             kept.append((step_ext[0], os.path.join(run_dir, name)))
     return sorted(kept)
 
@@ -314,7 +314,7 @@ def evaluate_kept_checkpoints(run_dir: str, args: EvalArgs) -> tuple[int, float]
     kept = kept_checkpoints(run_dir)
     if not kept:
         sys.exit(
-            f"error: --model-path {run_dir!r} is a folder without kept checkpoints (checkpoint-<step>.pt, written by a run with --keep-checkpoints)"
+            f"error: --model-path {run_dir!r} is a folder without kept checkpoints (checkpoint-<step>.pt or .msgpack, written by a run with --keep-checkpoints)"
         )
     best_step, best_mean = 0, -np.inf
     for step, path in kept:

@@ -312,9 +312,22 @@ def run_and_resume(log_dir, *first_flags: str, resume_flags: tuple[str, ...] = (
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("uninterrupted")
-    result = run_script(SCRIPT, *RESUME, "--total-timesteps", "3000", "--checkpoint-every", "400", "--log-dir", str(log_dir))
+    flags = ["--total-timesteps", "3000", "--checkpoint-every", "400", "--keep-checkpoints", "--log-dir", str(log_dir)]
+    result = run_script(SCRIPT, *RESUME, *flags)
     assert result.returncode == 0, result.stderr[-3000:]
     return only_run_dir(log_dir)
+
+
+def test_kept_checkpoints_hold_the_buffer_and_evaluate_one_by_one(uninterrupted, capsys):
+    """--keep-checkpoints in an off-policy script: every checkpoint stays under its step, replay buffer included,
+    and the run folder evaluates one by one."""
+    from cleanrl_utils.evaluate import EvalArgs, evaluate_kept_checkpoints, kept_checkpoints
+
+    kept = kept_checkpoints(uninterrupted)
+    assert [step for step, _ in kept] == [800, 1600, 2400, 3000]  # every 400 iterations of 2 envs, and the end
+    assert torch.load(kept[0][1], weights_only=True)["replay_buffer"]["env_steps"] == 800
+    best_step, _ = evaluate_kept_checkpoints(uninterrupted, EvalArgs(model_path=uninterrupted, episodes=2, cuda=False))
+    assert best_step in {800, 1600, 2400, 3000} and capsys.readouterr().out.count("mean return over 2 episodes") == 4
 
 
 def test_resume_with_the_buffer_continues_exactly(uninterrupted, tmp_path):

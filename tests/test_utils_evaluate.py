@@ -21,7 +21,8 @@ def jax_run(tmp_path_factory) -> str:
     result = run_script(
         "ppo_continuous_action_envpool_xla_jax",
         *["--env-id", "Hopper-v4", "--total-timesteps", "1024", "--num-envs", "8", "--num-steps", "64"],
-        *["--max-episode-steps", "50", "--save-model", "--log-dir", str(log_dir)],
+        *["--max-episode-steps", "50", "--save-model", "--checkpoint-every", "1", "--keep-checkpoints"],
+        *["--log-dir", str(log_dir)],
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -51,6 +52,17 @@ def test_a_jax_training_checkpoint_evaluates_like_the_saved_model(jax_run):
     assert model.returncode == 0, model.stderr[-2000:]
     returns = [line for line in checkpoint.stdout.splitlines() if line.startswith("episode ")]
     assert len(returns) == 3 and returns == [line for line in model.stdout.splitlines() if line.startswith("episode ")]
+
+
+def test_a_jax_run_keeps_its_checkpoints_and_its_folder_evaluates(jax_run, capsys):
+    kept = evaluate_module.kept_checkpoints(jax_run)
+    assert [(step, os.path.basename(path)) for step, path in kept] == [
+        (512, "checkpoint-000000512.msgpack"),
+        (1024, "checkpoint-000001024.msgpack"),
+    ]
+    args = evaluate_module.EvalArgs(model_path=jax_run, episodes=2, cuda=False)
+    assert evaluate_module.evaluate_kept_checkpoints(jax_run, args)[0] in (512, 1024)
+    assert capsys.readouterr().out.count("mean return over 2 episodes") == 2
 
 
 def test_an_unwritable_video_dir_gives_one_line(jax_run, tmp_path, monkeypatch):
