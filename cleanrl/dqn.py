@@ -120,8 +120,8 @@ class Args:
     """timestep to start learning"""
     train_frequency: int = 10
     """the frequency of training (one gradient step per this many timesteps, counting every env)"""
-    max_episode_steps: int = 0
-    """time limit per episode in agent steps; reaching it truncates (0: the env's registered limit)"""
+    max_episode_steps: int | None = None
+    """time limit per episode in agent steps (default: the env's registered limit); reaching it truncates"""
     vector_mode: str = "sync"
     """`sync` (SyncVectorEnv, envs stepped in this process) or `async` (AsyncVectorEnv, one subprocess per env)"""
     torch_threads: int = 1
@@ -138,9 +138,7 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     check_run_args(args)
     check_replay_args(args, resumed=checkpoint is not None)
     check_epsilon_schedule(args)
-    check_positive(args, "train_frequency", "target_network_frequency")
-    if args.max_episode_steps < 0:
-        sys.exit(f"error: --max-episode-steps must be >= 0 (0 = the env's own limit), got {args.max_episode_steps}")
+    check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     if args.vector_mode not in ("sync", "async"):
         sys.exit(f"error: --vector-mode must be sync or async, got {args.vector_mode!r}")
     observation_space, action_space = check_gymnasium_env(
@@ -156,11 +154,15 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     check_memory(args.buffer_size * (2 * obs_bytes + 16), "the replay buffer", "--buffer-size")
 
 
-def make_env(env_id: str, num_envs: int, vector_mode: str = "sync", max_episode_steps: int = 0) -> gym.vector.VectorEnv:
+def make_env(
+    env_id: str, num_envs: int, vector_mode: str = "sync", max_episode_steps: int | None = None
+) -> gym.vector.VectorEnv:
     """`num_envs` copies of a Gymnasium env in one vector env with *same-step* autoreset, under Gymnasium's vector
     RecordEpisodeStatistics (`info["episode"]`, mask `info["_episode"]`, at every boundary). Seed with
     `envs.reset(seed=...)`: sub-env i gets seed + i. (As cleanrl/ppo.py's.)"""
-    kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
+    kwargs = (
+        {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
+    )  # None (0 in older files): the registered limit
 
     def make_one() -> gym.Env:
         if multiprocessing.parent_process() is not None:

@@ -21,7 +21,7 @@ import tyro
 from torch.distributions.categorical import Categorical
 
 from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
-from cleanrl_utils.checks import check_gymnasium_env, check_memory, check_rollout_shape, check_run_args
+from cleanrl_utils.checks import check_gymnasium_env, check_memory, check_positive, check_rollout_shape, check_run_args
 from cleanrl_utils.evaluate import Player, written_by
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
 from cleanrl_utils.run import (
@@ -109,8 +109,8 @@ class Args:
     """the maximum norm for the gradient clipping"""
     target_kl: float | None = None
     """the target KL divergence threshold (early stop of the update epochs)"""
-    max_episode_steps: int = 0
-    """time limit per episode in agent steps; reaching it truncates (0: the env's registered limit)"""
+    max_episode_steps: int | None = None
+    """time limit per episode in agent steps (default: the env's registered limit); reaching it truncates"""
     vector_mode: str = "sync"
     """`sync` (SyncVectorEnv, envs stepped in this process) or `async` (AsyncVectorEnv, one subprocess per env)"""
     torch_threads: int = 1
@@ -126,8 +126,7 @@ def validate_args(args: Args) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
-    if args.max_episode_steps < 0:
-        sys.exit(f"error: --max-episode-steps must be >= 0 (0 = the env's own limit), got {args.max_episode_steps}")
+    check_positive(args, "max_episode_steps")
     if args.vector_mode not in ("sync", "async"):
         sys.exit(f"error: --vector-mode must be sync or async, got {args.vector_mode!r}")
     observation_space, action_space = check_gymnasium_env(args.env_id, "CartPole-v1, Acrobot-v1, MountainCar-v0")
@@ -141,11 +140,15 @@ def validate_args(args: Args) -> None:
     check_memory(args.num_steps * args.num_envs * (obs_bytes + 40), "the rollout storage", "--num-envs or --num-steps")
 
 
-def make_env(env_id: str, num_envs: int, vector_mode: str = "sync", max_episode_steps: int = 0) -> gym.vector.VectorEnv:
+def make_env(
+    env_id: str, num_envs: int, vector_mode: str = "sync", max_episode_steps: int | None = None
+) -> gym.vector.VectorEnv:
     """`num_envs` copies of a Gymnasium env in one vector env with *same-step* autoreset, under Gymnasium's vector
     RecordEpisodeStatistics (`info["episode"]`, mask `info["_episode"]`, at every boundary; its same-step counting is
     checked against hand-counted episodes in the tests). Seed with `envs.reset(seed=...)`: sub-env i gets seed + i."""
-    kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
+    kwargs = (
+        {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
+    )  # None (0 in older files): the registered limit
 
     def make_one() -> gym.Env:
         if multiprocessing.parent_process() is not None:

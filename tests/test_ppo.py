@@ -363,6 +363,7 @@ def test_same_seed_gives_identical_losses_and_async_matches_sync(tmp_path):
         (["--learning-rate", "0"], ["--learning-rate", "0"]),
         (["--vector-mode", "threads"], ["--vector-mode", "'threads'"]),
         (["--max-episode-steps", "-1"], ["--max-episode-steps", "-1"]),
+        (["--max-episode-steps", "0"], ["--max-episode-steps must be a positive integer, got 0"]),
         (["--checkpoint-every", "-1"], ["--checkpoint-every", "-1"]),
     ],
 )
