@@ -357,8 +357,6 @@ if __name__ == "__main__":
         extra = dict(critic_state_dict=critic, target_critic_state_dict=target_critic, target_actor_state_dict=target_actor)
         extra |= dict(q_optimizer_state_dict=q_optimizer, replay_buffer=rb)
         start_iteration, global_step = restore_torch(args.resume, checkpoint, actor, policy_optimizer, args, extra=extra)
-        for group in q_optimizer.param_groups:  # restore_torch set the actor's rate: a --learning-rate on resume sets both
-            group["lr"] = args.learning_rate
         print(f"replay buffer: {rb.size:,} transitions restored" if rb.size else "replay buffer: refilled from empty")
     writer = make_writer(args, run_name, run_dir, checkpoint["global_step"] if checkpoint else None)  # after every check
 

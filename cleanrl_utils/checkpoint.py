@@ -250,16 +250,20 @@ def restore_torch(path: str, checkpoint: dict, model, optimizer, args, extra: di
     """Weights, optimiser state, RNG states and each `extra` object's state (name -> an object with
     `load_state_dict`, read from checkpoint[name]) from a torch checkpoint, one line and exit if they
     do not fit; the optimiser then takes `args.learning_rate` (a rate changed on resume applies; a
-    schedule overwrites it each iteration anyway). Prints where the run resumes. Returns (first
-    iteration to run, global step). Scripts with per-network rates (--policy-lr, --q-lr) have no
-    `args.learning_rate`: their optimisers keep the saved rates."""
+    schedule overwrites it each iteration anyway), and so does every optimiser among the `extra` objects (TD3's
+    and DDPG's critic optimiser). Prints where the run resumes. Returns (first iteration to run, global step).
+    Scripts with per-network rates (--policy-lr, --q-lr) have no `args.learning_rate`: their optimisers keep the
+    saved rates."""
+    import torch
+
     restored_or_exit(path, "weights", lambda: model.load_state_dict(checkpoint["model_state_dict"]))
     restored_or_exit(path, "an optimiser state", lambda: optimizer.load_state_dict(checkpoint["optimizer_state_dict"]))
     restored_or_exit(path, "RNG states", lambda: set_torch_rng_states(checkpoint["rng"]))
     for name, state_holder in (extra or {}).items():
         restored_or_exit(path, f"an {name!r} entry", lambda: state_holder.load_state_dict(checkpoint[name]))
     if hasattr(args, "learning_rate"):
-        for group in optimizer.param_groups:
+        optimizers = [optimizer] + [held for held in (extra or {}).values() if isinstance(held, torch.optim.Optimizer)]
+        for group in (group for optimizer in optimizers for group in optimizer.param_groups):
             group["lr"] = args.learning_rate
     return say_resumed(path, checkpoint, args.num_iterations)
 
