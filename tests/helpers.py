@@ -138,6 +138,15 @@ def run_interrupted(script: str, args: list[str], log_dir, process_group: bool =
     return process.returncode, head + stdout, stderr, only_run_dir(log_dir)
 
 
+def evaluate_cli_returns(model_path: str, *flags: str) -> list[float]:
+    """`python -m cleanrl_utils.evaluate --model-path MODEL FLAGS` run from the repository as a user would; the
+    per-episode returns it printed (the run must exit 0)."""
+    command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, *flags]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [float(line.split("return ")[1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
+
+
 def decoded_video(path: str):
     """The frames of an MP4, checked to be RGB, more than 5 frames, not blank and moving."""
     import imageio.v3 as iio
@@ -167,19 +176,10 @@ def read_scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
 
 
-ATARI_TAGS = {
-    "charts/episodic_return",
-    "charts/episodic_length",
-    "charts/SPS",
-    "charts/learning_rate",
-    "losses/value_loss",
-    "losses/policy_loss",
-    "losses/entropy",
-    "losses/approx_kl",
-    "losses/old_approx_kl",
-    "losses/clipfrac",
-    "losses/explained_variance",
-}
+# The scalars every actor-critic on-policy script logs; each script's tests add its own.
+ON_POLICY_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
+ON_POLICY_TAGS |= {"losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/explained_variance"}
+ATARI_TAGS = ON_POLICY_TAGS | {"losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac"}
 
 
 def assert_evaluates_whole_games_of_its_weights(model_path: str, head: str, action: int, tmp_dir: str) -> None:

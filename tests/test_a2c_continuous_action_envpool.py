@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, assert_one_error_line, only_run_dir, read_scalars, run_script
+from helpers import REPO, assert_one_error_line, evaluate_cli_returns, only_run_dir, read_scalars, run_script
 
 from cleanrl.a2c_continuous_action_envpool import Agent, Args, a2c_loss, validate_args
 
@@ -108,17 +108,9 @@ def test_resume_continues_step_counter_and_normalisers(two_short_runs, tmp_path)
 
 # Calibration, last-20 training-episode means at this budget: 1000.0 on seeds 1, 2 and 3
 # (`cleanrl/a2c_continuous_action_envpool.py --env-id InvertedPendulum-v4 --total-timesteps 100000 --seed S`).
-INVERTED_PENDULUM = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "100000", "--seed", "1"]
+LEARNING_RUN = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "100000", "--seed", "1"]
+LEARNING_RUN += ["--checkpoint-every", "400", "--keep-checkpoints"]  # 1,250 iterations of 80 steps: 4 kept
 THRESHOLD = 900.0
-
-
-@pytest.fixture(scope="module")
-def pendulum_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("pendulum")
-    keep = ["--checkpoint-every", "400", "--keep-checkpoints"]  # 1,250 iterations of 80 steps: 4 kept
-    result = run_script(SCRIPT, *INVERTED_PENDULUM, *keep, "--log-dir", str(log_dir), "--save-model", timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return only_run_dir(log_dir)
 
 
 def test_inverted_pendulum_learns(pendulum_run):
@@ -135,15 +127,7 @@ def test_saved_model_evaluates_from_the_command_line(pendulum_run):
     model_path = os.path.join(pendulum_run, f"{SCRIPT}.cleanrl_model")
     saved = torch.load(model_path, weights_only=True)
     assert saved["script"] == SCRIPT and {"model_state_dict", "args", "obs_rms", "return_rms"} <= set(saved)
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "2", *EVAL_FLAGS],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
+    assert len(evaluate_cli_returns(model_path, "--episodes", "2", *EVAL_FLAGS)) == 2
 
 
 def test_kept_checkpoints_evaluate_one_by_one_and_name_the_best(pendulum_run):

@@ -299,7 +299,7 @@ def test_checkpoint_holds_the_normaliser_state(two_short_runs):
     assert float(checkpoint["return_rms"]["count"]) == 8 * (256 - 5)
 
 
-INVERTED_PENDULUM = [
+LEARNING_RUN = [
     "--env-id",
     "InvertedPendulum-v4",
     "--total-timesteps",
@@ -312,14 +312,6 @@ INVERTED_PENDULUM = [
     "1",
 ]
 THRESHOLD = 700.0
-
-
-@pytest.fixture(scope="module")
-def pendulum_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("pendulum")
-    result = run_script(SCRIPT, *INVERTED_PENDULUM, "--log-dir", str(log_dir), "--save-model", timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return only_run_dir(log_dir)
 
 
 def test_inverted_pendulum_learns(pendulum_run):

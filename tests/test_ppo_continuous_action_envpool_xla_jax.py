@@ -148,17 +148,9 @@ def test_checkpoint_holds_the_normaliser_state(two_short_runs):
     assert float(checkpoint["return_rms"]["count"]) == 8 * (96 - 3)
 
 
-INVERTED_PENDULUM = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "98304", "--num-envs", "16"]
-INVERTED_PENDULUM += ["--num-steps", "128", "--seed", "1"]
+LEARNING_RUN = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "98304", "--num-envs", "16"]
+LEARNING_RUN += ["--num-steps", "128", "--seed", "1"]
 THRESHOLD = 700.0
-
-
-@pytest.fixture(scope="module")
-def pendulum_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("pendulum_jax")
-    result = run_script(SCRIPT, *INVERTED_PENDULUM, "--log-dir", str(log_dir), "--save-model", timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return only_run_dir(log_dir)
 
 
 def test_inverted_pendulum_learns(pendulum_run):

@@ -5,14 +5,12 @@ evaluation through the command line, bad input."""
 
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from gae_reference import random_next_step_rollout
-from helpers import REPO, assert_one_error_line, only_run_dir, read_scalars, run_script
+from helpers import assert_one_error_line, evaluate_cli_returns, only_run_dir, read_scalars, run_script
 
 from cleanrl.reinforce_continuous_action_envpool import (
     Agent,
@@ -180,16 +178,8 @@ def test_resume_continues_step_counter_and_normalisers(two_short_runs, tmp_path)
 
 # 150 iterations. Calibration, last-20 training-episode means at this budget: seed 1 960.0, seed 2 908.7, seed 3 980.7
 # (`cleanrl/reinforce_continuous_action_envpool.py --env-id InvertedPendulum-v4 --total-timesteps 307500 --seed S`).
-INVERTED_PENDULUM = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "307500", "--seed", "1"]
+LEARNING_RUN = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "307500", "--seed", "1"]
 THRESHOLD = 700.0
-
-
-@pytest.fixture(scope="module")
-def pendulum_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("pendulum")
-    result = run_script(SCRIPT, *INVERTED_PENDULUM, "--log-dir", str(log_dir), "--save-model", timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return only_run_dir(log_dir)
 
 
 def test_inverted_pendulum_learns(pendulum_run):
@@ -206,15 +196,7 @@ def test_saved_model_evaluates_from_the_command_line(pendulum_run):
     model_path = os.path.join(pendulum_run, f"{SCRIPT}.cleanrl_model")
     saved = torch.load(model_path, weights_only=True)
     assert saved["script"] == SCRIPT and {"model_state_dict", "args", "obs_rms", "return_rms"} <= set(saved)
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "2", *EVAL_FLAGS],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
+    assert len(evaluate_cli_returns(model_path, "--episodes", "2", *EVAL_FLAGS)) == 2
 
 
 @pytest.mark.parametrize(

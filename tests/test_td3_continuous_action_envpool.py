@@ -4,14 +4,23 @@ buffer stores, checked against Pendulum's dynamics), short real runs (tags, dete
 the buffer, a Pendulum learning run whose saved model evaluates, and bad input."""
 
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, assert_one_error_line, one_line_exit, only_run_dir, read_scalars, run_script
+from deterministic_actor_family import (  # noqa: F401 (shared tests and fixtures, collected here)
+    SHORT,
+    adam_steps,
+    family,
+    short_runs,
+    test_resume_with_the_buffer_continues_the_step_counter,
+    test_resume_without_the_buffer_refills_it_first,
+    test_same_seed_gives_identical_losses,
+    test_the_env_executes_the_stored_action_inside_the_bounds,
+)
+from helpers import REPO, assert_one_error_line, one_line_exit, read_scalars, run_script
 
 from cleanrl.td3_continuous_action_envpool import Actor, Args, QNetworks, actor_loss, critic_loss, td_target, validate_args
 
@@ -138,24 +147,8 @@ def test_actor_loss_is_minus_q1_and_leaves_the_critic_alone():
 
 # ---- short real runs: tags, determinism, exploration ----
 
-# Pendulum with 100-step episodes, learning from step 300 to 1,000, with a huge exploration noise (std 5 half-ranges):
-# almost every action the actor proposes lies outside the bounds and must be clipped before the env sees it.
-SHORT = ["--env-id", "Pendulum-v1", "--max-episode-steps", "100", "--total-timesteps", "1000", "--learning-starts", "300"]
-SHORT += ["--exploration-noise", "5.0", "--seed", "3", "--torch-threads", "1"]
-
-
-@pytest.fixture(scope="module")
-def short_runs(tmp_path_factory):
-    """Two runs of SHORT, the second saving its checkpoint without the buffer (a flag that does not change training):
-    (run folders, their scalars)."""
-    run_dirs, scalars = [], []
-    for i, flags in enumerate([[], ["--no-checkpoint-buffer"]]):
-        log_dir = tmp_path_factory.mktemp(f"short{i}")
-        result = run_script(SCRIPT, *SHORT, *flags, "--log-dir", str(log_dir))
-        assert result.returncode == 0, result.stderr[-3000:]
-        run_dirs.append(only_run_dir(log_dir))
-        scalars.append(read_scalars(run_dirs[-1]))
-    return run_dirs, scalars
+# The short runs, determinism, clipping and resume tests: deterministic_actor_family.py
+RUN_DEFINING_FLAG = ("--noise-clip", "0.1")  # a resume refuses to change it
 
 
 def test_short_run_logs_every_tag(short_runs):
@@ -167,81 +160,6 @@ def test_short_run_logs_every_tag(short_runs):
     assert all(length == 100 for _, length in scalars["charts/episodic_length"])  # Pendulum only truncates
 
 
-def test_same_seed_gives_identical_losses(short_runs):
-    first, second = short_runs[1]
-    for tag in sorted(TAGS - {"charts/SPS"}):
-        assert first[tag] == second[tag], tag
-
-
-def test_the_env_executes_the_stored_action_inside_the_bounds(short_runs):
-    """Every stored action is inside [-2, 2], and Pendulum's dynamics (thdot' = thdot + (15 sin th + 3 u) 0.05,
-    reward -(th^2 + 0.1 thdot^2 + 0.001 u^2)) hold with the stored u: the env ran exactly that action. EnvPool clips
-    torques to [-2, 2] itself, so a buffer holding the unclipped action would break the dynamics here."""
-    checkpoint = torch.load(os.path.join(short_runs[0][0], "checkpoint.pt"), weights_only=True)
-    rows = checkpoint["replay_buffer"]["rows"].double().numpy()
-    assert len(rows) >= 980  # 1,000 steps less the stale step after each of the 9 boundaries
-    obs, actions, rewards, next_obs = rows[:, :3], rows[:, 3], rows[:, 4], rows[:, 5:8]
-    assert np.all(np.abs(actions) <= 2.0)
-    assert np.mean(np.abs(actions[400:]) == 2.0) > 0.8  # the noisy actor's actions, clipped to the bounds
-    assert np.mean(np.abs(actions[:290]) == 2.0) < 0.05  # uniform random actions before learning starts
-    theta = np.arctan2(obs[:, 1], obs[:, 0])
-    predicted = obs[:, 2] + (15 * obs[:, 1] + 3 * actions) * 0.05
-    free = np.abs(predicted) < 7.9  # the angular velocity is clipped at +-8
-    assert free.sum() > 500
-    np.testing.assert_allclose(next_obs[free, 2], predicted[free], atol=1e-4)
-    np.testing.assert_allclose(rewards, -(theta**2 + 0.1 * obs[:, 2] ** 2 + 0.001 * actions**2), atol=1e-4)
-
-
-# ---- checkpoint and resume ----
-
-
-def adam_steps(optimizer_state: dict) -> int:
-    return int(next(iter(optimizer_state["state"].values()))["step"])
-
-
-def test_resume_with_the_buffer_continues_the_step_counter(short_runs, tmp_path):
-    """The 1,000-step run resumed to 1,600: counters, buffer and both optimisers continue (600 more critic updates,
-    300 actor updates), a new --learning-rate reaches both optimisers, and a run-defining flag cannot change."""
-    run_dir = str(tmp_path / "run")
-    shutil.copytree(short_runs[0][0], run_dir)
-    path = os.path.join(run_dir, "checkpoint.pt")
-    half = torch.load(path, weights_only=True)
-    assert (half["iteration"], half["global_step"]) == (1000, 1000)
-    assert adam_steps(half["q_optimizer_state_dict"]) == 700 and adam_steps(half["optimizer_state_dict"]) == 350
-    for target, online in (("target_actor_state_dict", "model_state_dict"), ("target_critic_state_dict", "critic_state_dict")):
-        moved = [name for name, value in half[target].items() if not torch.equal(value, half[online][name])]
-        assert moved == [name for name in half[online] if "action_" not in name], target  # Polyak: near, not equal
-
-    assert_one_error_line(run_script(SCRIPT, "--resume", path, "--noise-clip", "0.1"), ["--noise-clip", "cannot change"])
-    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1600", "--learning-rate", "5e-4")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "at iteration 1000 (global step 1,000)" in result.stdout
-    assert f"replay buffer: {len(half['replay_buffer']['rows']):,} transitions restored" in result.stdout
-    final = torch.load(path, weights_only=True)
-    assert (final["iteration"], final["global_step"], final["replay_buffer"]["env_steps"]) == (1600, 1600, 1600)
-    assert adam_steps(final["q_optimizer_state_dict"]) == 1300 and adam_steps(final["optimizer_state_dict"]) == 650
-    for optimizer in ("optimizer_state_dict", "q_optimizer_state_dict"):
-        assert final[optimizer]["param_groups"][0]["lr"] == 5e-4, optimizer
-    returns = read_scalars(run_dir)["charts/episodic_return"]
-    assert any(step > 1000 for step, _ in returns) and all(step <= 1600 for step, _ in returns)
-
-
-def test_resume_without_the_buffer_refills_it_first(short_runs, tmp_path):
-    """--no-checkpoint-buffer saves an empty buffer; the resumed run refills --learning-starts (300) steps before it
-    trains again: 1,000 -> 1,600 gives 300 critic updates, not 600."""
-    run_dir = str(tmp_path / "run")
-    shutil.copytree(short_runs[0][1], run_dir)
-    path = os.path.join(run_dir, "checkpoint.pt")
-    half = torch.load(path, weights_only=True)
-    assert half["replay_buffer"] == {} and adam_steps(half["q_optimizer_state_dict"]) == 700
-    result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1600")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "replay buffer: refilled from empty" in result.stdout
-    final = torch.load(path, weights_only=True)
-    assert (final["iteration"], final["global_step"], final["replay_buffer"]) == (1600, 1600, {})
-    assert adam_steps(final["q_optimizer_state_dict"]) == 700 + 300
-
-
 # ---- learning, and the saved model ----
 
 # CleanRL's TD3 settings except --learning-starts 1000 (not 25,000), --learning-rate 1e-3 (not 3e-4) and --batch-size
@@ -249,16 +167,17 @@ def test_resume_without_the_buffer_refills_it_first(short_runs, tmp_path):
 # machine busy with other runs; 55 s each): last-10 training returns -130.5, -161.1, -172.8, where random play scores
 # about -1,400. With CleanRL's 3e-4 and 256, seed 1 reached only -240 in 10,000 steps (72 s). Seed 1's saved actor
 # evaluates (10 episodes, seed 10,000) to -199, its first two episodes to -132 and -338.
-LEARN = ["--env-id", "Pendulum-v1", "--total-timesteps", "10000", "--learning-starts", "1000", "--learning-rate", "1e-3"]
-LEARN += ["--batch-size", "128", "--torch-threads", "1", "--save-model", "--precision", "fp32"]  # fp32: as calibrated
-
-
-@pytest.fixture(scope="module")
-def pendulum_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("pendulum")
-    result = run_script(SCRIPT, *LEARN, "--seed", "1", "--log-dir", str(log_dir), timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return only_run_dir(log_dir)
+LEARNING_RUN = [
+    "--env-id",
+    "Pendulum-v1",
+    "--total-timesteps",
+    "10000",
+    "--learning-starts",
+    "1000",
+    "--learning-rate",
+    "1e-3",
+]
+LEARNING_RUN += ["--batch-size", "128", "--torch-threads", "1", "--precision", "fp32", "--seed", "1"]  # fp32: as calibrated
 
 
 def test_pendulum_learns(pendulum_run):

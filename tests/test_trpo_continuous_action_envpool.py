@@ -4,127 +4,38 @@ ignoring stale rows, real runs (determinism, resume, a
 learning run on InvertedPendulum and its saved-model evaluation through the command line) and bad input."""
 
 import copy
-import os
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 import torch
-from helpers import REPO, assert_one_error_line, only_run_dir, read_scalars, run_script
+from helpers import ON_POLICY_TAGS, assert_one_error_line, run_script
+from natural_gradient_family import (  # noqa: F401 (shared tests and fixtures, collected here)
+    family,
+    random_batch,
+    test_conjugate_gradient_solves_a_random_spd_system,
+    test_fisher_vector_product_equals_the_explicit_fisher_matrix,
+    test_inverted_pendulum_learns,
+    test_resume_continues_the_step_counter_and_the_normalisers,
+    test_same_seed_gives_identical_losses,
+    test_saved_model_evaluates_from_the_command_line,
+    two_short_runs,
+)
 
 import cleanrl.trpo_continuous_action_envpool as script
 from cleanrl.trpo_continuous_action_envpool import (
     Agent,
     Args,
-    RunningMeanStd,
-    actor_parameters,
-    conjugate_gradient,
-    fisher_vector_product,
-    flat_grad,
     line_search,
-    mean_kl,
     policy_update,
 )
 
 SCRIPT = "trpo_continuous_action_envpool"
-TAGS = {
-    "charts/episodic_return",
-    "charts/episodic_length",
-    "charts/SPS",
-    "charts/learning_rate",
-    "losses/value_loss",
-    "losses/policy_loss",
-    "losses/entropy",
-    "losses/kl",
-    "losses/step_size",
-    "losses/backtracks",
-    "losses/explained_variance",
-}
-
-
-def test_conjugate_gradient_solves_a_random_spd_system():
-    rng = np.random.default_rng(0)
-    n = 30
-    m = rng.normal(size=(n, n))
-    a = torch.tensor(m @ m.T + 0.5 * np.eye(n))  # symmetric positive definite, condition number in the hundreds
-    b = torch.tensor(rng.normal(size=n))
-    expected = torch.linalg.solve(a, b)
-    x = conjugate_gradient(lambda v: a @ v, b, iterations=4 * n, residual_tol=1e-20)
-    torch.testing.assert_close(x, expected, rtol=1e-8, atol=1e-8)
-    # fewer iterations: a partial solve whose residual is smaller than b's, but not yet zero
-    partial = conjugate_gradient(lambda v: a @ v, b, iterations=5)
-    assert 1e-6 < torch.linalg.norm(a @ partial - b) < torch.linalg.norm(b)
-    # the early stop: an easy system (A = 2 I) is solved in one iteration, the later ones skipped
-    calls = []
-    x = conjugate_gradient(lambda v: calls.append(1) or 2.0 * v, b, iterations=10)
-    torch.testing.assert_close(x, b / 2)
-    assert len(calls) == 1
-
-
-def tiny_policy_batch(seed: int = 0, obs_dim: int = 3, action_dim: int = 2, rows: int = 12):
-    torch.manual_seed(seed)
-    agent = Agent(obs_dim, action_dim).double()
-    with torch.no_grad():  # move away from the initial (near-zero) output layer and log-std, for a generic test
-        for p in agent.actor_mean.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-        agent.actor_logstd.copy_(torch.tensor([[-0.3, 0.4]]))
-    obs = torch.randn(rows, obs_dim, dtype=torch.float64)
-    valid = torch.ones(rows, dtype=torch.bool)
-    valid[[2, 7, 8]] = False
-    return agent, obs, valid
-
-
-def test_fisher_vector_product_equals_the_explicit_fisher_matrix():
-    """The exact Fisher matrix of a Gaussian policy with state-independent log-std, averaged over the valid rows:
-    J_mu^T diag(1 / sigma^2) J_mu for the mean's parameters and 2 I for the log-stds (no cross terms). It equals the
-    Hessian of the mean KL at pi = pi_old (checked too), and the double-backprop product equals (F + damping I) v."""
-    agent, obs, valid = tiny_policy_batch()
-    params = actor_parameters(agent)
-    sizes = [p.numel() for p in params]
-    n_params, action_dim = sum(sizes), 2
-    sigma2 = (2 * agent.actor_logstd.detach()).exp().reshape(-1)
-    fisher = torch.zeros(n_params, n_params, dtype=torch.float64)
-    for row in torch.nonzero(valid).flatten():
-        mean = agent.actor_mean(obs[row])
-        jacobian = torch.stack([flat_grad(mean[j], params, retain_graph=True, materialize_grads=True) for j in range(2)])
-        fisher += jacobian.T @ torch.diag(1 / sigma2) @ jacobian
-    fisher /= valid.sum()
-    fisher[-action_dim:, -action_dim:] += 2 * torch.eye(action_dim, dtype=torch.float64)
-
-    with torch.no_grad():
-        old_mean, old_logstd = agent.actor_mean(obs), agent.actor_logstd.clone()
-    mask = valid.double()
-    old_flat = torch.cat([p.detach().reshape(-1) for p in params])
-
-    # Hessian of the mean KL by autograd, column by column (double backprop through the real mean_kl)
-    kl_grad = flat_grad(mean_kl(agent, obs, old_mean, old_logstd, mask), params, create_graph=True)
-    hessian = torch.stack([flat_grad(kl_grad[i], params, retain_graph=True) for i in range(n_params)])
-    torch.testing.assert_close(hessian, fisher, rtol=1e-9, atol=1e-10)
-
-    rng = torch.Generator().manual_seed(1)
-    for damping in (0.0, 0.1):
-        vector = torch.randn(n_params, dtype=torch.float64, generator=rng)
-        product = fisher_vector_product(kl_grad, params, vector, damping)
-        torch.testing.assert_close(product, fisher @ vector + damping * vector, rtol=1e-9, atol=1e-10)
-    torch.testing.assert_close(torch.cat([p.detach().reshape(-1) for p in params]), old_flat)  # nothing moved
-
-
-def random_batch(rows: int = 64, obs_dim: int = 5, action_dim: int = 2, seed: int = 0):
-    torch.manual_seed(seed)
-    agent = Agent(obs_dim, action_dim)
-    obs, actions = torch.randn(rows, obs_dim), torch.randn(rows, action_dim)
-    with torch.no_grad():
-        _, old_logprobs, _, _ = agent.get_action_and_value(obs, actions)
-    advantages = torch.randn(rows) + actions[:, 0]  # the first action dimension pays: a direction to learn
-    valid = torch.rand(rows) > 0.25
-    return agent, obs, actions, old_logprobs, advantages, valid
+TAGS = ON_POLICY_TAGS | {"losses/kl", "losses/step_size", "losses/backtracks"}
 
 
 def test_policy_update_ignores_stale_rows_and_keeps_the_kl_bound():
     """Randomising everything on the stale rows changes neither the new parameters nor a statistic; the accepted
     step's real mean KL (computed here from the two policies) is at most max_kl and the surrogate improved."""
-    agent, obs, actions, old_logprobs, advantages, valid = random_batch()
+    agent, obs, actions, old_logprobs, advantages, valid = random_batch(script)
     args = Args()
     first, second = copy.deepcopy(agent), copy.deepcopy(agent)
     stats = policy_update(first, obs, actions, old_logprobs, advantages, valid, args)
@@ -159,7 +70,7 @@ def test_a_step_beyond_the_trust_region_is_shrunk_or_rejected(monkeypatch, shrin
     """Forced: a Fisher-vector product understated by `shrink` makes the full step 1 / sqrt(shrink) times too long
     (2x: about 4x max_kl; 10x: about 100x). The line search shrinks the 2x step until its real KL fits, and rejects
     the 10x one (0.8^9 = 0.13 cannot bring 100x max_kl under the bound): then the policy does not move at all."""
-    agent, obs, actions, old_logprobs, advantages, valid = random_batch()
+    agent, obs, actions, old_logprobs, advantages, valid = random_batch(script)
     args = Args()
     honest = copy.deepcopy(agent)
     policy_update(honest, obs, actions, old_logprobs, advantages, valid, args)
@@ -195,96 +106,9 @@ def test_line_search_checks_the_real_kl_and_the_improvement():
     assert i is None and torch.equal(flat, old)  # improves, but 0.8^9 x 10 is far outside the bound
 
 
-SHORT_RUN = ["--env-id", "HalfCheetah-v4", "--num-envs", "4", "--num-steps", "32", "--max-episode-steps", "50"]
-SHORT_BATCH = 4 * 32
-
-
-@pytest.fixture(scope="module")
-def two_short_runs(tmp_path_factory):
-    """The same seeded short HalfCheetah run (6 iterations) twice, with a 50-step time limit so episodes end."""
-    dirs = []
-    for i in range(2):
-        log_dir = tmp_path_factory.mktemp(f"cheetah{i}")
-        result = run_script(
-            SCRIPT, *SHORT_RUN, "--total-timesteps", str(6 * SHORT_BATCH), "--seed", "5", "--log-dir", str(log_dir)
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        dirs.append(only_run_dir(log_dir))
-    return dirs
-
-
-def test_same_seed_gives_identical_losses(two_short_runs):
-    first, second = (read_scalars(d) for d in two_short_runs)
-    missing = TAGS - set(first)
-    assert not missing, missing
-    assert len(first["losses/kl"]) == 6
-    for tag in sorted(TAGS - {"charts/SPS"}):
-        assert first[tag] == second[tag], tag
-
-
-def test_resume_continues_the_step_counter_and_the_normalisers(two_short_runs, tmp_path):
-    """Resume the 6-iteration run to 10: same folder, global step and iteration continue, the critic's learning-rate
-    schedule is recomputed for the new length, and the normalisers carry on from their saved counts."""
-    run_dir = str(tmp_path / "run")
-    import shutil
-
-    shutil.copytree(two_short_runs[0], run_dir)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-    saved = torch.load(checkpoint_path, weights_only=True)
-    assert saved["script"] == SCRIPT and saved["iteration"] == 6 and saved["global_step"] == 6 * SHORT_BATCH
-    assert float(saved["obs_rms"]["count"]) == 4 * (1 + 6 * 32)  # the reset batch and one batch per step
-    assert set(saved) >= {"model_state_dict", "optimizer_state_dict", "obs_rms", "return_rms", "value_rms", "learning_rate"}
-    result = run_script(SCRIPT, "--resume", checkpoint_path, "--total-timesteps", str(10 * SHORT_BATCH), "--save-model")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"at iteration 6 (global step {6 * SHORT_BATCH:,})" in result.stdout
-    final = torch.load(checkpoint_path, weights_only=True)
-    assert final["iteration"] == 10 and final["global_step"] == 10 * SHORT_BATCH
-    # the resumed run's envs reset once more: one more reset batch
-    assert float(final["obs_rms"]["count"]) == 4 * (1 + 6 * 32) + 4 * (1 + 4 * 32)
-    assert float(final["return_rms"]["count"]) > float(saved["return_rms"]["count"])
-    steps = [step for step, _ in read_scalars(run_dir)["losses/kl"]]
-    assert steps == [i * SHORT_BATCH for i in range(1, 11)]
-    lrs = [lr for _, lr in read_scalars(run_dir)["charts/learning_rate"]]
-    assert lrs[6] == pytest.approx(1e-3 * (1 - 6 / 10), rel=1e-6)  # the schedule of a 10-iteration run
-    model = torch.load(os.path.join(run_dir, f"{SCRIPT}.cleanrl_model"), weights_only=True)
-    assert set(model) >= {"script", "args", "model_state_dict", "obs_rms", "return_rms", "value_rms"}
-
-
-INVERTED_PENDULUM = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "51200", "--seed", "1"]
+# InvertedPendulum learning run of the shared tests (natural_gradient_family.py)
+LEARNING_RUN = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "51200", "--seed", "1"]
 THRESHOLD = 900.0
-
-
-@pytest.fixture(scope="module")
-def pendulum_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("pendulum")
-    result = run_script(SCRIPT, *INVERTED_PENDULUM, "--log-dir", str(log_dir), "--save-model", timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return only_run_dir(log_dir)
-
-
-def test_inverted_pendulum_learns(pendulum_run):
-    scalars = read_scalars(pendulum_run)
-    returns = [value for _, value in scalars["charts/episodic_return"]]
-    assert np.mean(returns[:20]) < 50, returns[:20]
-    final = np.mean(returns[-20:])
-    assert final >= THRESHOLD, (final, returns[-40:])
-
-
-def test_saved_model_evaluates_from_the_command_line(pendulum_run):
-    model_path = os.path.join(pendulum_run, f"{SCRIPT}.cleanrl_model")
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "2"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    returns = [float(line.split("return ")[1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
-    assert len(returns) == 2 and np.mean(returns) >= 0.8 * THRESHOLD, result.stdout
-    obs_rms = RunningMeanStd((4,))
-    obs_rms.load_state_dict(torch.load(model_path, weights_only=True)["obs_rms"])
-    assert obs_rms.count == 16 + int(INVERTED_PENDULUM[3])  # the reset batch and every step of the 16 envs
 
 
 @pytest.mark.parametrize(
