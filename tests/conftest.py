@@ -1,7 +1,9 @@
 """Fixtures that several test files share; helpers.py holds the plain functions."""
 
+from types import SimpleNamespace
+
 import pytest
-from helpers import only_run_dir, run_script
+from helpers import only_run_dir, run_script, run_script_cases
 
 
 @pytest.fixture(scope="module")
@@ -13,3 +15,16 @@ def pendulum_run(request, tmp_path_factory) -> str:
     result = run_script(module.SCRIPT, *module.LEARNING_RUN, "--save-model", "--log-dir", str(log_dir), timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return only_run_dir(log_dir)
+
+
+@pytest.fixture(scope="module")
+def bad_input_outcomes(request, tmp_path_factory) -> dict:
+    """What a user sees for each bad command line of the test module: every module-level list named BAD_* of
+    (flags, expected fragments) pairs, run for its SCRIPT with a --log-dir of its own (to check nothing was
+    written), all in one interpreter (tests/script_cases.py). Flags as a tuple -> namespace(result, log_dir)."""
+    module = request.module
+    cases = [list(flags) for name in dir(module) if name.startswith("BAD_") for flags, _ in getattr(module, name)]
+    base = tmp_path_factory.mktemp("bad_input")
+    log_dirs = [base / str(i) for i in range(len(cases))]
+    results = run_script_cases(module.SCRIPT, [[*flags, "--log-dir", str(d)] for flags, d in zip(cases, log_dirs)])
+    return {tuple(flags): SimpleNamespace(result=r, log_dir=d) for flags, r, d in zip(cases, results, log_dirs)}

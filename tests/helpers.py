@@ -1,6 +1,7 @@
 """Small helpers shared by the tests: run a script for real, read its tensorboard scalars."""
 
 import glob
+import json
 import os
 import pty
 import select
@@ -25,6 +26,17 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
         env=full_env,
         cwd=REPO,
     )
+
+
+def run_script_cases(script: str, cases: list[list[str]], timeout: float = 600) -> list[subprocess.CompletedProcess]:
+    """The outcome of `python cleanrl/<script>.py *case` for each case (exit code, stdout, stderr), all run in one
+    interpreter by tests/script_cases.py: a bad-input test file pays the imports once, not once per case."""
+    script_path = os.path.join(REPO, "cleanrl", f"{script}.py")
+    command = [sys.executable, os.path.join(REPO, "tests", "script_cases.py"), script_path, json.dumps(cases)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    return [subprocess.CompletedProcess(case, **outcome) for case, outcome in zip(cases, outcomes)]
 
 
 def marked_frames_command(script_path: str) -> list[str]:

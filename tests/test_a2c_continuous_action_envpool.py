@@ -168,17 +168,18 @@ def test_an_older_kept_checkpoint_resumes_only_as_a_branch(pendulum_run, tmp_pat
     assert torch.load(branch / "checkpoint.pt", weights_only=True)["global_step"] == 33_600
 
 
-@pytest.mark.parametrize(
-    "args,expected",
-    [
-        (["--env-id", "Pong-v5"], ["'Pong-v5'", "an EnvPool Atari environment"]),
-        (["--num-steps", "0"], ["--num-steps", "0"]),
-        (["--max-grad-norm", "-1"], ["--max-grad-norm", "-1"]),
-    ],
-)
-def test_bad_input_gives_one_clear_line(args, expected):
+BAD_INPUT = [
+    (["--env-id", "Pong-v5"], ["'Pong-v5'", "an EnvPool Atari environment"]),
+    (["--num-steps", "0"], ["--num-steps", "0"]),
+    (["--max-grad-norm", "-1"], ["--max-grad-norm", "-1"]),
+]
+
+
+@pytest.mark.parametrize("args,expected", BAD_INPUT)
+def test_bad_input_gives_one_clear_line(args, expected, bad_input_outcomes):
     """Through the real command line: one line on stderr, non-zero exit, no traceback."""
-    assert_one_error_line(run_script(SCRIPT, *args, timeout=120), expected, ignore_warnings=True)
+    outcome = bad_input_outcomes[tuple(args)]
+    assert_one_error_line(outcome.result, expected, ignore_warnings=True)
 
 
 @pytest.mark.parametrize(

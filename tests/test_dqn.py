@@ -384,24 +384,25 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
 # ---- bad input ----
 
 
-@pytest.mark.parametrize(
-    "args,fragments",
-    [
-        (["--buffer-size", "100"], ["--batch-size 128", "--buffer-size 100"]),
-        (["--num-envs", "4", "--buffer-size", "3", "--batch-size", "2"], ["--buffer-size 3", "--num-envs 4"]),
-        (["--learning-starts", "600000"], ["--learning-starts 600000", "--total-timesteps 500000"]),
-        (["--start-e", "1.5"], ["--start-e", "1.5", "[0, 1]"]),
-        (["--end-e", "-0.1"], ["--end-e", "-0.1", "[0, 1]"]),
-        (["--exploration-fraction", "0"], ["--exploration-fraction", "(0, 1]"]),
-        (["--train-frequency", "0"], ["--train-frequency", "0"]),
-        (["--target-network-frequency", "-5"], ["--target-network-frequency", "-5"]),
-        (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),
-        (["--env-id", "CartPol-v1"], ["'CartPol-v1'", "CartPole-v1"]),
-    ],
-)
-def test_bad_input_gives_one_clear_line_before_any_run_folder(tmp_path, args, fragments):
-    assert_one_error_line(run_script(SCRIPT, *args, "--log-dir", str(tmp_path / "runs"), timeout=120), fragments)
-    assert not (tmp_path / "runs").exists()
+BAD_INPUT = [
+    (["--buffer-size", "100"], ["--batch-size 128", "--buffer-size 100"]),
+    (["--num-envs", "4", "--buffer-size", "3", "--batch-size", "2"], ["--buffer-size 3", "--num-envs 4"]),
+    (["--learning-starts", "600000"], ["--learning-starts 600000", "--total-timesteps 500000"]),
+    (["--start-e", "1.5"], ["--start-e", "1.5", "[0, 1]"]),
+    (["--end-e", "-0.1"], ["--end-e", "-0.1", "[0, 1]"]),
+    (["--exploration-fraction", "0"], ["--exploration-fraction", "(0, 1]"]),
+    (["--train-frequency", "0"], ["--train-frequency", "0"]),
+    (["--target-network-frequency", "-5"], ["--target-network-frequency", "-5"]),
+    (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),
+    (["--env-id", "CartPol-v1"], ["'CartPol-v1'", "CartPole-v1"]),
+]
+
+
+@pytest.mark.parametrize("args,fragments", BAD_INPUT)
+def test_bad_input_gives_one_clear_line_before_any_run_folder(args, fragments, bad_input_outcomes):
+    outcome = bad_input_outcomes[tuple(args)]
+    assert_one_error_line(outcome.result, fragments)
+    assert not outcome.log_dir.exists() or not os.listdir(outcome.log_dir)  # nothing written
 
 
 def test_extending_a_run_keeps_its_epsilon_schedule_and_a_resume_may_end_before_learning_starts(tmp_path):

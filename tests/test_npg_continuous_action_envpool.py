@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from helpers import ON_POLICY_TAGS, assert_one_error_line, run_script
+from helpers import ON_POLICY_TAGS, assert_one_error_line
 from natural_gradient_family import (  # noqa: F401 (shared tests and fixtures, collected here)
     family,
     random_batch,
@@ -88,18 +88,19 @@ LEARNING_RUN = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "65536",
 THRESHOLD = 900.0
 
 
-@pytest.mark.parametrize(
-    "args,expected",
-    [
-        (["--env-id", "HalfCheetah-v9"], ["'HalfCheetah-v9'", "HalfCheetah-v4"]),
-        (["--step-size", "0"], ["--step-size", "0"]),
-        (["--cg-iterations", "0"], ["--cg-iterations", "0"]),
-        (["--num-envs", "0"], ["--num-envs", "0"]),
-    ],
-)
-def test_bad_input_gives_one_clear_line(args, expected):
+BAD_INPUT = [
+    (["--env-id", "HalfCheetah-v9"], ["'HalfCheetah-v9'", "HalfCheetah-v4"]),
+    (["--step-size", "0"], ["--step-size", "0"]),
+    (["--cg-iterations", "0"], ["--cg-iterations", "0"]),
+    (["--num-envs", "0"], ["--num-envs", "0"]),
+]
+
+
+@pytest.mark.parametrize("args,expected", BAD_INPUT)
+def test_bad_input_gives_one_clear_line(args, expected, bad_input_outcomes):
     """Through the real command line: one line on stderr, non-zero exit, no traceback."""
-    assert_one_error_line(run_script(SCRIPT, *args, timeout=120), expected, ignore_warnings=True)
+    outcome = bad_input_outcomes[tuple(args)]
+    assert_one_error_line(outcome.result, expected, ignore_warnings=True)
 
 
 @pytest.mark.parametrize(

@@ -352,24 +352,25 @@ def test_same_seed_gives_identical_losses_and_async_matches_sync(tmp_path):
         assert scalars[0][tag] == scalars[2][tag], tag
 
 
-@pytest.mark.parametrize(
-    "args,expected",
-    [
-        (["--env-id", "CartPol-v1"], ["'CartPol-v1'", "CartPole-v1"]),
-        (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),
-        (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
-        (["--num-envs", "0"], ["--num-envs", "0"]),
-        (["--num-steps", "-5"], ["--num-steps", "-5"]),
-        (["--total-timesteps", "100"], ["--total-timesteps 100"]),
-        (["--learning-rate", "0"], ["--learning-rate", "0"]),
-        (["--vector-mode", "threads"], ["--vector-mode", "'threads'"]),
-        (["--max-episode-steps", "-1"], ["--max-episode-steps", "-1"]),
-        (["--max-episode-steps", "0"], ["--max-episode-steps must be a positive integer, got 0"]),
-        (["--checkpoint-every", "-1"], ["--checkpoint-every", "-1"]),
-    ],
-)
-def test_bad_input_gives_one_clear_line(args, expected):
-    assert_one_error_line(run_script(SCRIPT, *args, timeout=120), expected)
+BAD_INPUT = [
+    (["--env-id", "CartPol-v1"], ["'CartPol-v1'", "CartPole-v1"]),
+    (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),
+    (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
+    (["--num-envs", "0"], ["--num-envs", "0"]),
+    (["--num-steps", "-5"], ["--num-steps", "-5"]),
+    (["--total-timesteps", "100"], ["--total-timesteps 100"]),
+    (["--learning-rate", "0"], ["--learning-rate", "0"]),
+    (["--vector-mode", "threads"], ["--vector-mode", "'threads'"]),
+    (["--max-episode-steps", "-1"], ["--max-episode-steps", "-1"]),
+    (["--max-episode-steps", "0"], ["--max-episode-steps must be a positive integer, got 0"]),
+    (["--checkpoint-every", "-1"], ["--checkpoint-every", "-1"]),
+]
+
+
+@pytest.mark.parametrize("args,expected", BAD_INPUT)
+def test_bad_input_gives_one_clear_line(args, expected, bad_input_outcomes):
+    outcome = bad_input_outcomes[tuple(args)]
+    assert_one_error_line(outcome.result, expected)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("Box2D") is not None, reason="Box2D is installed: LunarLander-v3 runs")
@@ -383,21 +384,21 @@ def test_lunar_lander_without_box2d_gives_one_clear_line():
 # ---- what a new user's adversarial trial broke (issue 16), with real processes ----
 
 
-@pytest.mark.parametrize(
-    "args,fragments",
-    [
-        (["--seed", "-1"], ["--seed", "-1", "32-bit"]),
-        (["--seed", "4294967296"], ["--seed", "4294967296", "32-bit"]),
-        # a minibatch of one row: its advantage std is NaN, which used to be reported as divergence
-        (["--num-envs", "1", "--num-steps", "8", "--num-minibatches", "8", "--total-timesteps", "64"], ["at least 2 rows"]),
-        (["--num-steps", "1000000000"], ["--total-timesteps 500000", "smaller than one rollout"]),
-        (["--num-steps", "10000000000", "--total-timesteps", "10000000000000000"], ["rollout storage", "GiB", "--num-steps"]),
-    ],
-)
-def test_bad_values_give_one_line_before_any_run_folder(tmp_path, args, fragments):
-    result = run_script(SCRIPT, *args, "--log-dir", str(tmp_path / "runs"), timeout=120)
-    assert_one_error_line(result, fragments)
-    assert not (tmp_path / "runs").exists()
+BAD_VALUES = [
+    (["--seed", "-1"], ["--seed", "-1", "32-bit"]),
+    (["--seed", "4294967296"], ["--seed", "4294967296", "32-bit"]),
+    # a minibatch of one row: its advantage std is NaN, which used to be reported as divergence
+    (["--num-envs", "1", "--num-steps", "8", "--num-minibatches", "8", "--total-timesteps", "64"], ["at least 2 rows"]),
+    (["--num-steps", "1000000000"], ["--total-timesteps 500000", "smaller than one rollout"]),
+    (["--num-steps", "10000000000", "--total-timesteps", "10000000000000000"], ["rollout storage", "GiB", "--num-steps"]),
+]
+
+
+@pytest.mark.parametrize("args,fragments", BAD_VALUES)
+def test_bad_values_give_one_line_before_any_run_folder(args, fragments, bad_input_outcomes):
+    outcome = bad_input_outcomes[tuple(args)]
+    assert_one_error_line(outcome.result, fragments)
+    assert not outcome.log_dir.exists() or not os.listdir(outcome.log_dir)  # nothing written
 
 
 def test_runtime_fields_are_not_flags():

@@ -356,3 +356,30 @@ def test_resuming_an_older_kept_checkpoint_is_refused_with_how_to_branch(tmp_pat
     (run_dir / "checkpoint-000000200.pt").unlink()  # checkpoint.pt alone is newer than the kept file
     one_line_exit(lambda: run_folder(run_args("runs"), older), "went on (checkpoint.pt)")
     assert run_folder(run_args("runs"), str(run_dir / "checkpoint.msgpack"))[1] == str(run_dir)  # other format: its own
+
+
+def test_script_cases_give_what_a_fresh_interpreter_gives(tmp_path):
+    """tests/script_cases.py (the bad-input tests' batch runner) against the real thing, one interpreter per case: the
+    same exit code, stdout, and stderr up to the traceback's frames for an uncaught exception; output written to file
+    descriptor 2 directly (as C libraries do) is caught too."""
+    import json
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os, sys\n"
+        "print('start', sys.argv[1:])\n"
+        "if sys.argv[1] == 'exit-message':\n    sys.exit('error: a bad value')\n"
+        "if sys.argv[1] == 'exit-code':\n    sys.exit(3)\n"
+        "if sys.argv[1] == 'raise':\n    raise ValueError('boom')\n"
+        "os.write(2, b'from C\\n')\n"
+    )
+    cases = [["exit-message"], ["exit-code"], ["raise"], ["fine", "--flag"]]
+    runner = [sys.executable, os.path.join(REPO, "tests", "script_cases.py"), str(script), json.dumps(cases)]
+    batched = json.loads(subprocess.run(runner, capture_output=True, text=True, timeout=60).stdout.splitlines()[-1])
+    for case, outcome in zip(cases, batched):
+        fresh = subprocess.run([sys.executable, str(script), *case], capture_output=True, text=True, timeout=60)
+        assert (outcome["returncode"], outcome["stdout"]) == (fresh.returncode, fresh.stdout), case
+        if case == ["raise"]:
+            assert "Traceback" in outcome["stderr"] and outcome["stderr"].endswith("ValueError: boom\n")
+        else:
+            assert outcome["stderr"] == fresh.stderr, case
