@@ -19,12 +19,19 @@ def pendulum_run(request, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def bad_input_outcomes(request, tmp_path_factory) -> dict:
-    """What a user sees for each bad command line of the test module: every module-level list named BAD_* of
-    (flags, expected fragments) pairs, run for its SCRIPT with a --log-dir of its own (to check nothing was
-    written), all in one interpreter (tests/script_cases.py). Flags as a tuple -> namespace(result, log_dir)."""
+    """What a user sees for each bad command line of the test module, its BAD_INPUT list of (flags, expected
+    fragments) pairs, run for its SCRIPT with a --log-dir of its own (to check nothing was written), all in one
+    interpreter (tests/script_cases.py). Flags as a tuple -> namespace(result, log_dir)."""
     module = request.module
-    cases = [list(flags) for name in dir(module) if name.startswith("BAD_") for flags, _ in getattr(module, name)]
+    cases = [list(flags) for flags, _ in module.BAD_INPUT]
     base = tmp_path_factory.mktemp("bad_input")
     log_dirs = [base / str(i) for i in range(len(cases))]
     results = run_script_cases(module.SCRIPT, [[*flags, "--log-dir", str(d)] for flags, d in zip(cases, log_dirs)])
     return {tuple(flags): SimpleNamespace(result=r, log_dir=d) for flags, r, d in zip(cases, results, log_dirs)}
+
+
+def pytest_generate_tests(metafunc):
+    """The shared bad-input test (tests/bad_input.py) runs once per entry of its file's BAD_INPUT."""
+    if "bad_input" in metafunc.fixturenames:
+        cases = metafunc.module.BAD_INPUT
+        metafunc.parametrize("bad_input", cases, ids=[" ".join(flags) for flags, _ in cases])

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
 from helpers import REPO, assert_one_error_line, decoded_video, one_line_exit, only_run_dir, read_scalars, run_script
 
 from cleanrl.dqn import QNetwork, ReplayBuffer, linear_schedule, make_env, real_next_obs, td_loss, updates_due
@@ -396,13 +397,6 @@ BAD_INPUT = [
     (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),
     (["--env-id", "CartPol-v1"], ["'CartPol-v1'", "CartPole-v1"]),
 ]
-
-
-@pytest.mark.parametrize("args,fragments", BAD_INPUT)
-def test_bad_input_gives_one_clear_line_before_any_run_folder(args, fragments, bad_input_outcomes):
-    outcome = bad_input_outcomes[tuple(args)]
-    assert_one_error_line(outcome.result, fragments)
-    assert not outcome.log_dir.exists() or not os.listdir(outcome.log_dir)  # nothing written
 
 
 def test_extending_a_run_keeps_its_epsilon_schedule_and_a_resume_may_end_before_learning_starts(tmp_path):

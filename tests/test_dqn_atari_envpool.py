@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
 from helpers import (
     assert_evaluates_whole_games_of_its_weights,
     assert_one_error_line,
@@ -342,13 +343,6 @@ BAD_INPUT = [
     (["--env-id", "Hopper-v4"], ["MuJoCo", "Atari"]),
     (["--buffer-size", "100000000"], ["replay buffer", "GiB", "--buffer-size"]),
 ]
-
-
-@pytest.mark.parametrize("flags,fragments", BAD_INPUT)
-def test_bad_input_one_line(flags, fragments, bad_input_outcomes):
-    outcome = bad_input_outcomes[tuple(flags)]
-    assert_one_error_line(outcome.result, fragments, ignore_warnings=True)
-    assert not outcome.log_dir.exists() or not os.listdir(outcome.log_dir)  # nothing written
 
 
 def test_divergence_stops_before_the_checkpoint_is_overwritten(tmp_path):
