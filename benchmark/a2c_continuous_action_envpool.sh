@@ -10,25 +10,6 @@
 #   EXTRA="--track" WORKERS=2 bash benchmark/a2c_continuous_action_envpool.sh   # wandb, two runs at once
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
-ENVS=${ENVS:-"HalfCheetah-v4 Hopper-v4 Walker2d-v4"}
-SEEDS=${SEEDS:-"1 2 3"}
-TOTAL=${TOTAL:-1000000}
-CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-384}
-WORKERS=${WORKERS:-1}
-EXTRA=${EXTRA:-}
-SWEEP=${SWEEP:-runs/sweeps/a2c_continuous_action_envpool-$(date +%Y%m%d-%H%M%S)}
-LOG_DIR=$(printf %q "$SWEEP")  # --log-dir of every run, quoted for the --command string
-echo "sweep folder: $SWEEP"
-status=0
-# shellcheck disable=SC2086
-$PY -m cleanrl_utils.benchmark \
-  --command "$PY cleanrl/a2c_continuous_action_envpool.py --total-timesteps $TOTAL --checkpoint-every $CHECKPOINT_EVERY --keep-checkpoints --log-dir $LOG_DIR $EXTRA" \
-  --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" --log-dir "$SWEEP/logs" || status=1
-$PY -m cleanrl_utils.plot --log-dir "$SWEEP" --output-dir "$SWEEP/plots" || status=1
-for run in "$SWEEP"/*__*__*/; do
-  [ -f "$run/checkpoint.pt" ] || continue
-  $PY -m cleanrl_utils.evaluate --model-path "$run" --greedy --episodes 10 --no-cuda > "$run/eval.txt" || status=1
-  echo "$(basename "$run"): $(tail -n 1 "$run/eval.txt")"
-done
-exit $status
+# shellcheck source=benchmark/common.sh
+source benchmark/common.sh
+tianshou_mujoco_sweep a2c_continuous_action_envpool 384

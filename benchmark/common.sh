@@ -36,3 +36,29 @@ remove_logs_showing_a_failure() {  # the EXIT trap: on failure, the end of the n
   fi
   rm -rf "${LOGDIR:-}"
 }
+
+tianshou_mujoco_sweep() {  # SCRIPT DEFAULT_CHECKPOINT_EVERY: the Tianshou-protocol sweep of cleanrl/SCRIPT.py, with
+  # every checkpoint kept and evaluated (the header of benchmark/a2c_continuous_action_envpool.sh and its siblings)
+  PY=${PYTHON:-.venv/bin/python}
+  ENVS=${ENVS:-"HalfCheetah-v4 Hopper-v4 Walker2d-v4"}
+  SEEDS=${SEEDS:-"1 2 3"}
+  TOTAL=${TOTAL:-1000000}
+  CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-$2}
+  WORKERS=${WORKERS:-1}
+  EXTRA=${EXTRA:-}
+  SWEEP=${SWEEP:-runs/sweeps/$1-$(date +%Y%m%d-%H%M%S)}
+  LOG_DIR=$(printf %q "$SWEEP")  # --log-dir of every run, quoted for the --command string
+  echo "sweep folder: $SWEEP"
+  local status=0 run
+  # shellcheck disable=SC2086
+  $PY -m cleanrl_utils.benchmark \
+    --command "$PY cleanrl/$1.py --total-timesteps $TOTAL --checkpoint-every $CHECKPOINT_EVERY --keep-checkpoints --log-dir $LOG_DIR $EXTRA" \
+    --env-ids $ENVS --seeds $SEEDS --workers "$WORKERS" --log-dir "$SWEEP/logs" || status=1
+  $PY -m cleanrl_utils.plot --log-dir "$SWEEP" --output-dir "$SWEEP/plots" || status=1
+  for run in "$SWEEP"/*__*__*/; do
+    [ -f "$run/checkpoint.pt" ] || continue
+    $PY -m cleanrl_utils.evaluate --model-path "$run" --greedy --episodes 10 --no-cuda > "$run/eval.txt" || status=1
+    echo "$(basename "$run"): $(tail -n 1 "$run/eval.txt")"
+  done
+  return $status
+}
