@@ -173,6 +173,10 @@ BAD_INPUT = [
     (["--env-id", "Pong-v5"], ["'Pong-v5'", "an EnvPool Atari environment"]),
     (["--num-steps", "0"], ["--num-steps", "0"]),
     (["--max-grad-norm", "-1"], ["--max-grad-norm", "-1"]),
+    (
+        ["--vf-coef", "nan"],
+        ["--vf-coef must be", "finite", "got nan"],
+    ),  # was: the divergence line after the run folder was made
 ]
 
 

@@ -364,6 +364,15 @@ BAD_INPUT = [
     (["--max-episode-steps", "-1"], ["--max-episode-steps", "-1"]),
     (["--max-episode-steps", "0"], ["--max-episode-steps must be a positive integer, got 0"]),
     (["--checkpoint-every", "-1"], ["--checkpoint-every", "-1"]),
+    (
+        ["--learning-rate", "nan"],
+        ["--learning-rate must be", "finite", "got nan"],
+    ),  # was: Adam's ValueError, and an empty run folder left behind
+    (
+        ["--clip-coef", "-0.2"],
+        ["--clip-coef must be", "finite", "got -0.2"],
+    ),  # was: trained with clamp(ratio, 1.2, 0.8) and exited 0
+    (["--capture-video", "--video-every", "0"], ["--video-every must be a positive integer, got 0"]),
 ]
 
 

@@ -307,6 +307,7 @@ BAD_INPUT = [
     (["--num-steps", "-5"], ["--num-steps", "-5"]),
     (["--total-timesteps", "100"], ["--total-timesteps 100"]),
     (["--learning-rate", "0"], ["--learning-rate", "0"]),
+    (["--capture-video", "--video-every", "0"], ["--video-every must be a positive integer, got 0"]),
 ]
 
 

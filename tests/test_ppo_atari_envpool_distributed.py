@@ -412,6 +412,8 @@ def test_a_dead_or_hung_rank_makes_the_other_exit_with_one_line(tmp_path, how):
 BAD_INPUT = [
     (["--local-num-envs", "0"], ["--local-num-envs", "0"]),
     (["--dist-timeout", "0"], ["--dist-timeout", "0"]),
+    (["--dist-timeout", "nan"], ["--dist-timeout must be", "finite", "got nan"]),  # was: a traceback
+    (["--dist-timeout", "inf"], ["--dist-timeout must be", "finite", "got inf"]),
 ]
 
 

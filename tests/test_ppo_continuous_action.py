@@ -238,4 +238,5 @@ BAD_INPUT = [
     (["--obs-clip", "0"], ["--obs-clip", "0"]),
     (["--vector-mode", "Async"], ["--vector-mode", "'Async'"]),
     (["--checkpoint-every", "-1"], ["--checkpoint-every", "-1"]),
+    (["--capture-video", "--video-every", "0"], ["--video-every must be a positive integer, got 0"]),
 ]

@@ -359,6 +359,7 @@ BAD_INPUT = [
     (["--env-id", "HalfCheetah-v9"], ["'HalfCheetah-v9'", "HalfCheetah-v4"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3", "4096"]),
     (["--num-envs", "0"], ["--num-envs", "0"]),
+    (["--capture-video", "--video-every", "0"], ["--video-every must be a positive integer, got 0"]),
 ]
 
 

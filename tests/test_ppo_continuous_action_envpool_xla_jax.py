@@ -181,4 +181,5 @@ BAD_INPUT = [
     (["--env-id", "HalfCheetah-v9"], ["'HalfCheetah-v9'", "HalfCheetah-v4"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3", "4096"]),
     (["--max-episode-steps", "0"], ["--max-episode-steps", "0"]),
+    (["--ent-coef", "inf"], ["--ent-coef must be", "finite", "got inf"]),
 ]

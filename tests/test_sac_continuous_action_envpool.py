@@ -320,4 +320,6 @@ BAD_INPUT = [
     (["--q-lr", "0"], ["--q-lr", "0"]),
     (["--no-autotune", "--alpha", "-0.1"], ["--alpha", "-0.1"]),
     (["--buffer-size", "100000000000"], ["replay buffer", "GiB", "--buffer-size"]),
+    (["--q-lr", "inf"], ["--q-lr must be", "finite", "got inf"]),
+    (["--capture-video", "--video-every", "0"], ["--video-every must be a positive integer, got 0"]),
 ]

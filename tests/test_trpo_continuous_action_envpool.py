@@ -118,6 +118,8 @@ BAD_INPUT = [
     (["--backtrack-coeff", "1.5"], ["--backtrack-coeff", "1.5"]),
     (["--cg-iterations", "0"], ["--cg-iterations", "0"]),
     (["--num-envs", "0"], ["--num-envs", "0"]),
+    (["--max-kl", "nan"], ["--max-kl must be", "finite", "got nan"]),  # was: trained nothing and exited 0
+    (["--damping", "nan"], ["--damping must be", "finite", "got nan"]),
 ]
 
 

@@ -1,13 +1,12 @@
 """cleanrl_utils.checks: every check's one line, `error: ...`, naming the bad value and what is allowed."""
 
-import os
 import re
 import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
-from helpers import REPO, assert_one_error_line, run_script
+from helpers import REPO
 
 from cleanrl_utils import checks
 from cleanrl_utils.checks import (
@@ -367,25 +366,7 @@ def test_check_epsilon_schedule():
     )
 
 
-@pytest.mark.parametrize(
-    "script,flag_name,value",
-    [
-        ("ppo", "--learning-rate", "nan"),  # was: Adam's ValueError, and an empty run folder left behind
-        ("trpo_continuous_action_envpool", "--max-kl", "nan"),  # was: trained nothing and exited 0
-        ("trpo_continuous_action_envpool", "--damping", "nan"),
-        ("sac_continuous_action_envpool", "--q-lr", "inf"),
-        ("ppo_atari_envpool_distributed", "--dist-timeout", "nan"),  # was: a traceback
-        ("ppo_atari_envpool_distributed", "--dist-timeout", "inf"),
-        ("a2c_continuous_action_envpool", "--vf-coef", "nan"),  # was: the divergence line after the run folder was made
-        ("ppo_continuous_action_envpool_xla_jax", "--ent-coef", "inf"),
-        ("ppo", "--clip-coef", "-0.2"),  # was: trained with clamp(ratio, 1.2, 0.8) and exited 0
-    ],
-)
-def test_a_nan_or_infinite_flag_of_a_real_script_gives_one_line_and_no_run_folder(tmp_path, script, flag_name, value):
-    log_dir = tmp_path / "runs"
-    result = run_script(script, flag_name, value, "--log-dir", str(log_dir), env={"OMP_NUM_THREADS": "1"}, timeout=120)
-    assert_one_error_line(result, [f"{flag_name} must be", "finite", f"got {value}"], ignore_warnings=True)
-    assert not log_dir.exists() or not os.listdir(log_dir)
+# The NaN, infinite and wrongly signed flags of real scripts are in each script's BAD_INPUT (tests/bad_input.py).
 
 
 def test_every_float_flag_is_finite_and_loss_coefficients_have_a_usable_sign():
