@@ -308,6 +308,11 @@ BAD_INPUT = [
     (["--total-timesteps", "100"], ["--total-timesteps 100"]),
     (["--learning-rate", "0"], ["--learning-rate", "0"]),
     (["--capture-video", "--video-every", "0"], ["--video-every must be a positive integer, got 0"]),
+    (["--seed", "-1"], ["--seed", "-1"]),
+    (["--seed", "4294967296"], ["--seed", "4294967296"]),
+    (["--env-id", "HalfCheetah-v4"], ["'HalfCheetah-v4'", "MuJoCo", "Atari"]),
+    (["--num-envs", "1", "--num-steps", "8", "--num-minibatches", "8"], ["--num-minibatches 8", "at least 2 rows"]),
+    (["--num-steps", "100000000", "--total-timesteps", "10000000000"], ["rollout storage", "GiB"]),
 ]
 
 
