@@ -246,18 +246,29 @@ SHORT = ["--env-id", "Breakout-v5", "--total-timesteps", "3000", "--learning-sta
 SHORT += ["--exploration-fraction", "0.5", "--target-network-frequency", "500", "--torch-threads", "1"]
 
 
-def test_short_run_tags_and_determinism(tmp_path):
-    losses = []
-    short = [*SHORT[:2], "--total-timesteps", "2000", *SHORT[4:]]  # 1,000 learning steps
-    for name in ("a", "b"):
-        result = run_script(SCRIPT, *short, "--log-dir", str(tmp_path / name), timeout=300)
+@pytest.fixture(scope="module")
+def two_short_runs(tmp_path_factory) -> list[str]:
+    """The same 2,000-step run (1,000 learning steps) twice, the first saving its model (a flag that does not
+    change training): the run folders."""
+    short = [*SHORT[:2], "--total-timesteps", "2000", *SHORT[4:]]
+    run_dirs = []
+    for flags in (["--save-model"], []):
+        log_dir = tmp_path_factory.mktemp("short")
+        result = run_script(SCRIPT, *short, *flags, "--log-dir", str(log_dir), timeout=300)
         assert result.returncode == 0, result.stderr
-        scalars = read_scalars(only_run_dir(tmp_path / name))
+        run_dirs.append(only_run_dir(log_dir))
+    return run_dirs
+
+
+def test_short_run_tags_and_determinism(two_short_runs):
+    losses = []
+    for run_dir in two_short_runs:
+        scalars = read_scalars(run_dir)
         for tag in ("charts/episodic_return", "charts/SPS", "losses/td_loss", "losses/q_values", "charts/epsilon"):
             assert scalars.get(tag), tag
         losses.append(scalars["losses/td_loss"] + scalars["losses/q_values"])  # logged at step 2,000, after 250 updates
     assert losses[0] == losses[1] and len(losses[0]) == 2
-    epsilon = read_scalars(only_run_dir(tmp_path / "a"))["charts/epsilon"]
+    epsilon = read_scalars(two_short_runs[0])["charts/epsilon"]
     assert epsilon[0] == (
         1000,
         pytest.approx(1.0 - 0.99 * 999 / 1000),
@@ -299,10 +310,8 @@ def test_checkpoint_holds_the_buffer_and_resume_continues_with_it(tmp_path):
     assert adam_steps() == before + (6000 - 5500) // 4  # none until 1,000 new env steps refilled the buffer
 
 
-def test_saved_model_evaluates_and_films(tmp_path):
-    result = run_script(SCRIPT, *SHORT, "--save-model", "--log-dir", str(tmp_path), timeout=300)
-    assert result.returncode == 0, result.stderr
-    model = os.path.join(only_run_dir(tmp_path), "dqn_atari_envpool.cleanrl_model")
+def test_saved_model_evaluates_and_films(two_short_runs, tmp_path):
+    model = os.path.join(two_short_runs[0], "dqn_atari_envpool.cleanrl_model")
     from cleanrl_utils.evaluate import evaluate
 
     video_dir = str(tmp_path / "videos")
