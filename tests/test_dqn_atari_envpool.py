@@ -104,19 +104,21 @@ def test_replay_matches_per_episode_reconstruction(capacity):
     t, env = rb.sample_indices(50_000)
     drawn = set(zip(t.tolist(), env.tolist()))
     assert drawn == set(expected), (len(drawn - set(expected)), len(set(expected) - drawn))
-    obs, actions, rewards, next_obs, dones = rb.sample(len(expected) * 20, torch.device("cpu"))
-    np.random.seed(1)
-    t, env = rb.sample_indices(len(expected) * 20)
-    for i, (ti, ei) in enumerate(zip(t.tolist(), env.tolist())):
-        transition = expected[(ti, ei)]
-        np.testing.assert_array_equal(rb.stacks(t[i : i + 1], env[i : i + 1])[0], record["obs"][ti, ei])
-        np.testing.assert_array_equal(rb.stacks(t[i : i + 1] + 1, env[i : i + 1])[0], record["obs"][ti + 1, ei])
-        slot = ti % rb.capacity
-        assert rb.actions[slot, ei] == transition["action"]
-        assert rb.rewards[slot, ei] == transition["reward"]
-        assert rb.dones[slot, ei] == transition["done"]  # 1 at terminations (life loss included), 0 at truncations
+    # ... and stores each as the reference has it: stack, next stack, action, reward, done flag (in chunks).
+    keys = sorted(expected)
+    for start in range(0, len(keys), 500):
+        t, env = (np.array(column) for column in zip(*keys[start : start + 500]))
+        np.testing.assert_array_equal(rb.stacks(t, env), record["obs"][t, env])
+        np.testing.assert_array_equal(rb.stacks(t + 1, env), record["obs"][t + 1, env])
+        chunk = [expected[key] for key in keys[start : start + 500]]
+        slots = t % rb.capacity
+        np.testing.assert_array_equal(rb.actions[slots, env], [transition["action"] for transition in chunk])
+        np.testing.assert_array_equal(rb.rewards[slots, env], [transition["reward"] for transition in chunk])
+        # 1 at terminations (life loss included), 0 at truncations
+        np.testing.assert_array_equal(rb.dones[slots, env], [transition["done"] for transition in chunk])
     # sample() returns the same kind of rows as tensors
-    assert obs.dtype == torch.uint8 and obs.shape == (len(expected) * 20, 4, 84, 84) and next_obs.shape == obs.shape
+    obs, actions, rewards, next_obs, dones = rb.sample(256, torch.device("cpu"))
+    assert obs.dtype == torch.uint8 and obs.shape == (256, 4, 84, 84) and next_obs.shape == obs.shape
     assert dones.dtype == torch.bool and rewards.dtype == torch.float32
 
 
