@@ -290,8 +290,14 @@ def say_resumed(path: str, checkpoint: dict, num_iterations: int) -> tuple[int, 
         checkpoint["global_step"],
     )
     print(f"resumed {run_name} at iteration {iteration} (global step {global_step:,})", flush=True)
-    if iteration >= num_iterations:
+    if iteration == num_iterations:
         print(f"{run_name} already ran its {num_iterations} iterations; a larger --total-timesteps extends it", flush=True)
+    elif iteration > num_iterations:
+        print(
+            f"{run_name} already ran {iteration} iterations, more than the {num_iterations} this --total-timesteps "
+            "asks for: nothing to do (a larger --total-timesteps extends it)",
+            flush=True,
+        )
     return iteration + 1, global_step
 
 

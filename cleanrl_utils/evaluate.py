@@ -18,6 +18,7 @@ file from before paths were recorded whose script is not in this clone's `cleanr
 import importlib.util
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -51,9 +52,9 @@ class EvalArgs:
     """where the videos go (default: `videos/` beside the model file)"""
     torch_threads: int = 0
     """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
-    epsilon: float = 0.05
-    """DQN models: the probability of a random action, as CleanRL evaluates DQN (--greedy plays with 0); the policy
-    scripts sample from their policy and ignore it"""
+    epsilon: float | None = None
+    """DQN models: the probability of a random action (default 0.05, as CleanRL evaluates DQN; --greedy plays with 0
+    and cannot be combined with it); the policy scripts sample from their policy and ignore it"""
     script: str | None = None
     """the script whose `evaluation_player` plays the model (default: the one the file records)"""
 
@@ -218,9 +219,13 @@ def find_script(saved: dict, model_path: str, script: str | None) -> str:
     else:
         path = os.path.join(REPO_ROOT, "cleanrl", f"{saved['script']}.py")
     if not os.path.isfile(path):
+        if recorded:
+            writer = f"the script at {path!r}, which no longer exists"
+        else:
+            writer = f"{saved['script']!r} (a file from before script paths were recorded), and there is no {path!r}"
         sys.exit(
-            f"error: --model-path {model_path!r} was written by {recorded or saved['script']!r}, which is not at "
-            f"{path!r}; pass --script with the path of that script (or of a copy that builds the same network)"
+            f"error: --model-path {model_path!r} was written by {writer}; pass --script with the path of that script "
+            "(or of a copy that builds the same network)"
         )
     return path
 
@@ -235,9 +240,16 @@ def import_script(path: str):
             return module
     name = "evaluated_" + os.path.splitext(os.path.basename(real))[0]
     spec = importlib.util.spec_from_file_location(name, real)
+    if spec is None or not real.endswith(".py"):
+        sys.exit(f"error: --script {path!r} is not a Python script (a .py file)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # the user's script does not import: one line with where, not evaluate's own frames
+        del sys.modules[name]
+        message = " ".join(str(error).split())[:300]  # SyntaxError's names the file and line
+        sys.exit(f"error: the script {path!r} does not import: {type(error).__name__}: {message}")
     return module
 
 
@@ -332,8 +344,14 @@ def evaluate_kept_checkpoints(run_dir: str, args: EvalArgs) -> tuple[int, float]
 def main() -> None:
     args = tyro.cli(EvalArgs)
     hide_box_precision_warnings()  # as the training scripts do
+    # Filming a JAX model starts ffmpeg (imageio) in a child process that execs at once; JAX's warning concerns a
+    # forked child that goes on running Python beside JAX's threads, which none here does.
+    warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
     if args.torch_threads < 0:
         sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
+    if args.greedy and args.epsilon is not None:
+        sys.exit(f"error: --greedy plays with epsilon 0, --epsilon {args.epsilon} asks for another: give one of the two")
+    args.epsilon = 0.05 if args.epsilon is None else args.epsilon
     import torch
 
     torch.set_num_threads(torch_threads(args.torch_threads))

@@ -4,6 +4,7 @@ the evaluation-video jobs a training run starts."""
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 
@@ -40,6 +41,9 @@ def record_gymnasium_episodes(
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     import gymnasium as gym
 
+    # A v4 MuJoCo id is the trained one (EnvPool's MuJoCo envs are v4): Gymnasium's advice to move to v5 is noise here
+    # (set after Gymnasium's import, whose own warning filters would otherwise come first).
+    warnings.filterwarnings("ignore", message=".*is out of date. You should consider upgrading")
     env = gym.make(env_id, render_mode="rgb_array")
     paths = []
     for episode in range(episodes):

@@ -87,6 +87,7 @@ def test_the_copy_evaluates_and_films_its_model_from_another_folder(copied_run, 
     command = ["-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "2"]
     result = python(*command, "--capture-video", "--video-dir", video_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Warning" not in result.stderr, result.stderr  # no v4 advice from Gymnasium, no fork warning from JAX
     returns = [float(line.split()[-1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
     assert len(returns) == 2 and all(np.isfinite(returns)), result.stdout
     assert sorted(os.listdir(video_dir)) == ["eval-episode-0.mp4", "eval-episode-1.mp4"]

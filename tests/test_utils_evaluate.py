@@ -83,7 +83,7 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     one_line_exit(lambda: evaluate(str(tmp_path / "junk.cleanrl_model")), "is not a readable .cleanrl_model file")
     torch.save({"script": "not_a_script", "model_state_dict": {}, "args": {}}, tmp_path / "other.cleanrl_model")
     one_line_exit(
-        lambda: evaluate(str(tmp_path / "other.cleanrl_model")), "written by 'not_a_script', which is not at", "--script"
+        lambda: evaluate(str(tmp_path / "other.cleanrl_model")), "written by 'not_a_script' (a file from before", "--script"
     )
     (tmp_path / "no_player.py").write_text("SCRIPT = 'no_player'\n")  # a script without evaluation_player
     one_line_exit(
@@ -93,9 +93,24 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     one_line_exit(
         lambda: evaluate(str(tmp_path / "other.cleanrl_model"), script="missing.py"), "--script 'missing.py' does not exist"
     )
+    (tmp_path / "notes.md").write_text("# not a script\n")  # was: AttributeError from importlib
+    one_line_exit(
+        lambda: evaluate(str(tmp_path / "other.cleanrl_model"), script=str(tmp_path / "notes.md")), "not a Python script"
+    )
+    (tmp_path / "broken.py").write_text("def evaluation_player(:\n")  # was: a traceback through evaluate's own code
+    one_line_exit(
+        lambda: evaluate(str(tmp_path / "other.cleanrl_model"), script=str(tmp_path / "broken.py")),
+        "broken.py' does not import: SyntaxError",
+        "line 1",
+    )
     torch.save({"script": "ppo", "model_state_dict": {}}, tmp_path / "no_args.cleanrl_model")
     one_line_exit(lambda: evaluate(str(tmp_path / "no_args.cleanrl_model")), "(no training args)")
     one_line_exit(lambda: evaluate(str(tmp_path / "other.cleanrl_model"), episodes=0), "--episodes must be a positive")
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--torch-threads", "-1"])
+    one_line_exit(evaluate_module.main, "--torch-threads must be >= 0 (0 = auto), got -1")
+    # was: --epsilon dropped in silence, the greedy result reported
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--greedy", "--epsilon", "1.0"])
+    one_line_exit(evaluate_module.main, "--greedy plays with epsilon 0, --epsilon 1.0 asks for another")
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--torch-threads", "-1"])
     one_line_exit(evaluate_module.main, "--torch-threads must be >= 0 (0 = auto), got -1")
     (tmp_path / "run").mkdir()

@@ -1,0 +1,484 @@
+# A2C (synchronous advantage actor-critic, Mnih et al., 2016) for MuJoCo through EnvPool, next-step autoreset done right.
+# Hyperparameters: Tianshou's MuJoCo benchmark (examples/mujoco/mujoco_a2c.py, A2C in policy/modelfree/a2c.py).
+# Autoreset semantics: "The Value of Autoresetting" (Gymnasium), next-step mode.
+# EnvPool has no wrappers, so observation normalisation and reward scaling are written here, and
+# their state is saved with the weights: a saved model evaluates as it trained.
+from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stopped_line
+
+if __name__ == "__main__":
+    exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
+
+import os
+import random
+from dataclasses import dataclass
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from torch.distributions.normal import Normal
+
+from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
+from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.envpool_time_limit import make_envpool
+from cleanrl_utils.evaluate import Player, written_by
+from cleanrl_utils.hardware import choose_speed_levers, this_machine
+from cleanrl_utils.run import (
+    ProgressLine,
+    checkpoint_due,
+    exit_if_diverged,
+    make_writer,
+    record_end_step,
+    run_folder,
+    torch_all_finite,
+)
+from cleanrl_utils.steps import say_steps_run
+from cleanrl_utils.video import VideoJobs
+
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (torch, numpy, python and the EnvPool simulators)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model weights, normaliser state and args to `runs/{run_name}/{exp_name}.cleanrl_model`"""
+    log_dir: str = "runs"
+    """the folder the run's tensorboard events (and saved model) go under"""
+    checkpoint_every: int = 0
+    """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (0: only at Ctrl-C and at the end)"""
+    keep_checkpoints: bool = False
+    """keep every checkpoint as `checkpoint-{global_step}.pt` too, to evaluate the run's best point afterwards:
+    `python -m cleanrl_utils.evaluate --model-path runs/{run_name} --greedy`"""
+    resume: str | None = None
+    """continue from a checkpoint: same run folder, args, step counter, lr schedule, optimiser, normaliser and RNG states"""
+    capture_video: bool = False
+    """film an evaluation episode to `runs/{run_name}/videos/` every --video-every iterations and at the end, in a separate process (the training envs never render)"""
+    video_every: int = 2500
+    """iterations between evaluation videos with --capture-video (2,500 iterations: 200,000 steps)"""
+
+    # Algorithm specific arguments (Tianshou, examples/mujoco/mujoco_a2c.py)
+    env_id: str = "HalfCheetah-v4"
+    """the id of the environment (any EnvPool MuJoCo id, e.g. HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4, Humanoid-v5)"""
+    total_timesteps: int = 3_000_000
+    """total timesteps of the experiments (Tianshou: 100 epochs x 30,000 steps)"""
+    learning_rate: float = 0.0007
+    """the learning rate of the RMSprop optimizer (Tianshou: --lr 7e-4, RMSprop eps 1e-5, alpha 0.99)"""
+    num_envs: int = 16
+    """the number of parallel game environments (Tianshou: 16 training envs)"""
+    num_steps: int = 5
+    """steps per env per rollout (Tianshou: 80 steps per collect over 16 envs)"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly to 0 (Tianshou: --lr-decay, once per collect)"""
+    gamma: float = 0.99
+    """the discount factor gamma (Tianshou: --gamma)"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation (Tianshou: --gae-lambda)"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy (Tianshou: --ent-coef)"""
+    vf_coef: float = 0.5
+    """coefficient of the value loss, a mean squared error without the 1/2 (Tianshou: --vf-coef, F.mse_loss)"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping (Tianshou: --max-grad-norm)"""
+    init_logstd: float = -0.5
+    """initial log-std of the Gaussian policy (Tianshou: sigma_param initialised to -0.5)"""
+    max_episode_steps: int | None = None
+    """time limit per episode in agent steps (default: the env's own, 1000 for the locomotion tasks); reaching it truncates"""
+    obs_clip: float = 10.0
+    """normalised observations are clipped to [-obs_clip, obs_clip] (Tianshou: VectorEnvNormObs, clip 10)"""
+    reward_clip: float = 10.0
+    """scaled rewards are clipped to [-reward_clip, reward_clip] (the PPO script's reward scaling, where Tianshou's
+    --return-scaling divides the returns and values by their running std)"""
+
+    # Speed lever: `--torch-threads`
+    torch_threads: int = 1
+    """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core); the 64-unit MLPs gain nothing from more, and EnvPool's threads want the cores"""
+
+    # to be filled in runtime (not flags)
+    batch_size: tyro.conf.Suppress[int] = 0
+    num_iterations: tyro.conf.Suppress[int] = 0
+
+
+def validate_args(args: Args) -> None:
+    """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
+    check_run_args(args)
+    check_rollout_shape(args.num_envs, args.num_steps, 1, 1, args.total_timesteps)  # one gradient step on the whole batch
+    check_positive(args, "max_episode_steps", "obs_clip", "reward_clip", "max_grad_norm")
+    check_envpool_id(args.env_id, "envpool.mujoco.gym")
+    spec = envpool.make_spec(args.env_id)
+    row_bytes = 4 * (int(np.prod(spec.observation_space.shape)) + int(np.prod(spec.action_space.shape)))
+    check_memory(args.num_steps * args.num_envs * (row_bytes + 40), "the rollout storage", "--num-envs or --num-steps")
+
+
+def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None):
+    """EnvPool MuJoCo (gymnasium API). No wrappers exist in EnvPool: normalisation is done by the
+    caller (RunningMeanStd below). `info["elapsed_step"]` counts the steps of the current episode."""
+    # The limit is exact: a termination on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed)
+
+
+class RunningMeanStd:
+    """Mean and population variance (ddof=0) of everything passed to `update`, merged batch by batch
+    (Chan et al.'s parallel algorithm) in float64. Starts empty (count 0): after any sequence of
+    updates, `mean` and `var` equal numpy's over the concatenated stream."""
+
+    def __init__(self, shape: tuple[int, ...] = ()):
+        self.mean, self.var, self.count = np.zeros(shape, dtype=np.float64), np.ones(shape, dtype=np.float64), 0.0
+
+    def update(self, batch: np.ndarray) -> None:
+        batch = np.asarray(batch, dtype=np.float64).reshape((-1,) + self.mean.shape)
+        batch_count = batch.shape[0]
+        if batch_count == 0:
+            return
+        batch_mean, batch_var = batch.mean(axis=0), batch.var(axis=0)
+        total = self.count + batch_count
+        delta = batch_mean - self.mean
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
+        self.mean, self.var, self.count = self.mean + delta * batch_count / total, m2 / total, total
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {name: torch.tensor(np.asarray(getattr(self, name)), dtype=torch.float64) for name in ("mean", "var", "count")}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        mean, var = (np.array(state[name].numpy(), dtype=np.float64) for name in ("mean", "var"))
+        if mean.shape != self.mean.shape or var.shape != self.var.shape:
+            raise ValueError(f"statistics of shape {mean.shape}, where this run has {self.mean.shape}")
+        self.mean, self.var, self.count = mean, var, float(state["count"])
+
+
+def normalize_obs(obs: np.ndarray, obs_rms: RunningMeanStd, clip: float) -> np.ndarray:
+    """(obs - mean) / std, clipped to [-clip, clip], as float32 for the network."""
+    return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -clip, clip).astype(np.float32)
+
+
+class RewardScaler:
+    """Reward divided by the running std of the discounted return, clipped to [-clip, clip].
+
+    Each env keeps its discounted-return accumulator R <- gamma * R + r, reset to 0 after every boundary (termination
+    or truncation). Stale steps (the one after a boundary: EnvPool ignores the action and returns reward 0) do not
+    update the statistics: their accumulator would be a meaningless 0 that drags the variance down. Their scaled
+    reward is 0 and their row is masked."""
+
+    def __init__(self, num_envs: int, gamma: float, clip: float):
+        self.return_rms = RunningMeanStd(())
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.gamma, self.clip = gamma, clip
+
+    def __call__(self, reward: np.ndarray, episode_over: np.ndarray, stale: np.ndarray) -> np.ndarray:
+        self.returns = self.returns * self.gamma + reward
+        self.return_rms.update(self.returns[~stale])
+        scaled = np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -self.clip, self.clip)
+        self.returns[episode_over] = 0.0
+        return scaled.astype(np.float32)
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def mlp(in_dim: int, out_dim: int, out_std: float) -> nn.Sequential:
+    """64-64 tanh, orthogonal init (gain sqrt 2), the output layer's gain `out_std`."""
+    hidden = [layer_init(nn.Linear(in_dim, 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh()]
+    return nn.Sequential(*hidden, layer_init(nn.Linear(64, out_dim), std=out_std))
+
+
+class Agent(nn.Module):
+    """Separate 64-64 tanh MLPs for the value and the Gaussian mean; state-independent log-std (Tianshou's
+    ContinuousActorProbabilistic, unbounded, and ContinuousCritic). Inputs are normalised observations; sampled
+    actions are unbounded (clipped only in the env, as Tianshou's --bound-action-method clip)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, init_logstd: float = -0.5):
+        super().__init__()
+        self.critic = mlp(obs_dim, 1, out_std=1.0)
+        self.actor_mean = mlp(obs_dim, action_dim, out_std=0.01)
+        self.actor_logstd = nn.Parameter(torch.full((1, action_dim), init_logstd))
+
+    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
+        action_mean = self.actor_mean(obs)
+        probs = Normal(action_mean, self.actor_logstd.expand_as(action_mean).exp(), validate_args=False)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), self.critic(obs).squeeze(-1)
+
+
+def evaluation_player(
+    saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
+) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): observations
+    normalised with the saved statistics, frozen; actions sampled from the Gaussian (seeded), or its mean with
+    `greedy`, clipped to the bounds. EnvPool's MuJoCo cannot render headless, so videos are extra episodes in
+    Gymnasium's env of the same id. `epsilon` is DQN's, unused here."""
+    train_args = saved["args"]
+    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"])
+    obs_shape, action_space = envs.single_observation_space.shape, envs.single_action_space
+    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_space.shape)))
+    agent.load_state_dict(saved["model_state_dict"])
+    agent.to(device).eval()
+    obs_rms = RunningMeanStd(obs_shape)
+    obs_rms.load_state_dict(saved["obs_rms"])
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    @torch.no_grad()
+    def act(obs: np.ndarray) -> np.ndarray:
+        action = agent.actor_mean(torch.as_tensor(normalize_obs(obs, obs_rms, train_args["obs_clip"]), device=device))
+        if not greedy:
+            action = action + agent.actor_logstd.exp() * torch.randn(action.shape, generator=generator, device=device)
+        return np.clip(action.cpu().numpy(), action_space.low, action_space.high)
+
+    return Player(envs=envs, act=act, film_env_id=train_args["env_id"])
+
+
+def compute_gae(
+    values: torch.Tensor,  # (T+1, N): V(obs_t), last row V(obs after the rollout)
+    rewards: torch.Tensor,  # (T, N)
+    terminations: torch.Tensor,  # (T, N) bool
+    truncations: torch.Tensor,  # (T, N) bool
+    prev_episode_over: torch.Tensor,  # (N,) bool: the step before row 0 ended an episode
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE for next-step autoreset rollouts. Returns (advantages, valid_mask), both (T, N).
+
+    In next-step mode the observation returned at a boundary step is the last one of the episode, and the step
+    after a boundary is stale: the env ignores its action and returns the reset observation. So ("The Value of
+    Autoresetting", "How does Autoreset-Mode Affect GAE"):
+      - a termination bootstraps 0; a truncation bootstraps V(next obs) = values[t + 1], the value of the
+        episode's real last observation (partial-episode bootstrapping);
+      - the accumulation stops at every boundary, so nothing flows back across episodes;
+      - a stale row is invalid: valid_mask is False there and its advantage is 0.
+    A stale row never leaks into a valid one: the row before it is a boundary, which cuts the accumulation. Where
+    this differs from the article's listing: valid rows are the *negation* of the previous step's episode_over (the
+    listing puts initial_episode_over itself in row 0), the buffers are real zeros, flags come from the arguments.
+    """
+    num_steps = rewards.shape[0]
+    episode_over = terminations | truncations
+    bootstrap = (~terminations).to(values.dtype)
+    keep_accumulating = (~episode_over).to(values.dtype)
+    advantages = torch.zeros_like(rewards, dtype=values.dtype)
+    last_gae = torch.zeros_like(values[0])
+    for t in reversed(range(num_steps)):
+        delta = rewards[t] + gamma * bootstrap[t] * values[t + 1] - values[t]
+        last_gae = delta + gamma * gae_lambda * keep_accumulating[t] * last_gae
+        advantages[t] = last_gae
+    valid_mask = torch.cat([~prev_episode_over[None], ~episode_over[:-1]], dim=0)
+    return advantages * valid_mask, valid_mask
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp_min(1)
+
+
+def a2c_loss(agent: Agent, obs, actions, advantages, returns, valid, args: Args) -> tuple[torch.Tensor, dict]:
+    """A2C loss on the whole batch (Tianshou's A2C.learn): -E[log pi(a|s) * A] + vf_coef * E[(V - R)^2]
+    - ent_coef * E[entropy], advantages not normalised. Stale rows (valid == False) contribute nothing."""
+    mask = valid.to(torch.float32)
+    _, logprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
+    pg_loss = -masked_mean(logprob * advantages, mask)
+    v_loss = masked_mean((newvalue - returns) ** 2, mask)
+    entropy_loss = masked_mean(entropy, mask)
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    stats = dict(policy_loss=pg_loss, value_loss=v_loss, entropy=entropy_loss)
+    return loss, {name: value.detach() for name, value in stats.items()}  # logged, not differentiated
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    keys = dict(obs_rms=dict, return_rms=dict)  # besides weights, optimiser, counters
+    checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
+    if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
+        args = resume_args(Args, checkpoint, args.resume)
+    validate_args(args)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.num_iterations = args.total_timesteps // args.batch_size
+    say_steps_run(args.total_timesteps, args.batch_size, "--num-envs x --num-steps")
+    run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # env setup. EnvPool cannot snapshot its episodes: a resumed run plays new ones (new seeds); unfinished ones go unlogged.
+    env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
+    envs = make_env(args.env_id, args.num_envs, env_seed, args.max_episode_steps)
+    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+    action_low, action_high = envs.single_action_space.low.astype(np.float32), envs.single_action_space.high.astype(np.float32)
+
+    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape)), args.init_logstd).to(device)
+    optimizer = torch.optim.RMSprop(agent.parameters(), lr=args.learning_rate, eps=1e-5, alpha=0.99)
+
+    # Normalisation, update-then-normalise: every observation EnvPool returns (reset, regular, an episode's last one,
+    # the reset one of a stale step) enters the statistics once, on arrival, and is then normalised with the updated
+    # statistics and stored normalised. So an episode's last observation, stored on the stale row, is normalised like
+    # every row, and V(stale row) is the truncation bootstrap computed on exactly that normalised input.
+    obs_rms = RunningMeanStd(obs_shape)
+    reward_scaler = RewardScaler(args.num_envs, args.gamma, args.reward_clip)
+    normalisers = {"obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
+    start_iteration, global_step = 1, 0
+    if checkpoint:  # weights, RMSprop, RNG and normaliser states (one line if they do not fit); prints where the run resumes
+        # The running statistics carry on; the reward scaler's per-env discounted-return accumulators restart at 0, like
+        # the envs they follow.
+        start_iteration, global_step = restore_torch(args.resume, checkpoint, agent, optimizer, args, extra=normalisers)
+    writer = make_writer(args, run_name, run_dir, checkpoint["global_step"] if checkpoint else None)  # after every check
+
+    def model_file(path: str) -> str:
+        """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights and normaliser statistics."""
+        statistics = {name: rms.state_dict() for name, rms in normalisers.items()}
+        torch.save(
+            {**WRITTEN_BY, "model_state_dict": agent.state_dict(), "args": vars(args)} | statistics,
+            path,
+        )
+        return path
+
+    def training_state(iteration: int) -> dict:
+        counters = WRITTEN_BY | dict(
+            run_name=run_name,
+            args=vars(args),
+            iteration=iteration,
+            global_step=global_step,
+        )
+        weights = dict(model_state_dict=agent.state_dict(), optimizer_state_dict=optimizer.state_dict())
+        statistics = {name: rms.state_dict() for name, rms in normalisers.items()}
+        return counters | weights | {"rng": torch_rng_states()} | statistics
+
+    # ALGO Logic: Storage setup
+    obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs) + action_shape, device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    terminations = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+    truncations = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
+    values = torch.zeros((args.num_steps + 1, args.num_envs), device=device)
+
+    # Episode statistics in raw (unscaled) reward units.
+    episode_returns = np.zeros(args.num_envs, dtype=np.float64)
+    recent_returns: list[float] = []
+
+    progress = ProgressLine(global_step, args.num_iterations * args.batch_size)  # and SPS from here
+    videos = VideoJobs(run_dir, model_file)
+    stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
+    next_obs_np, _ = envs.reset()
+    obs_rms.update(next_obs_np)
+    next_obs = torch.from_numpy(normalize_obs(next_obs_np, obs_rms, args.obs_clip)).to(device)
+    # The step before the first one is not a boundary: row 0 of the first rollout is valid.
+    prev_episode_over = torch.zeros(args.num_envs, dtype=torch.bool, device=device)
+    next_stale = np.zeros(args.num_envs, dtype=bool)
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:  # linearly, from --learning-rate towards 0 after the last iteration
+            optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / args.num_iterations) * args.learning_rate
+
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+
+            with torch.no_grad():
+                action, _, _, value = agent.get_action_and_value(next_obs)
+                values[step] = value
+            actions[step] = action
+
+            # TRY NOT TO MODIFY: execute the game and log data. On a stale step (the one after a boundary)
+            # EnvPool ignores the action and returns the reset observation with reward 0; compute_gae masks that row.
+            # The env gets the action clipped to its bounds; the buffer keeps the sample whose log-prob was stored.
+            next_obs_np, reward, term, trunc, info = envs.step(np.clip(action.cpu().numpy(), action_low, action_high))
+            episode_over = term | trunc
+            stale, next_stale = next_stale, episode_over  # stale if the previous step ended an episode (reward 0)
+            rewards[step] = torch.from_numpy(reward_scaler(reward, episode_over, stale)).to(device)
+            terminations[step] = torch.from_numpy(term).to(device)
+            truncations[step] = torch.from_numpy(trunc).to(device)
+            obs_rms.update(next_obs_np)
+            next_obs = torch.from_numpy(normalize_obs(next_obs_np, obs_rms, args.obs_clip)).to(device)
+
+            # An episode's length is EnvPool's elapsed_step, which does not count stale steps.
+            episode_returns += reward
+            for i in np.flatnonzero(episode_over):
+                writer.add_scalar("charts/episodic_return", episode_returns[i], global_step)
+                writer.add_scalar("charts/episodic_length", info["elapsed_step"][i], global_step)
+                recent_returns.append(float(episode_returns[i]))
+            episode_returns[episode_over] = 0.0
+
+        # bootstrap value and GAE (see compute_gae for the autoreset rules)
+        with torch.no_grad():
+            values[args.num_steps] = agent.get_value(next_obs)
+            advantages, valid_mask = compute_gae(
+                values, rewards, terminations, truncations, prev_episode_over, args.gamma, args.gae_lambda
+            )
+            prev_episode_over = terminations[-1] | truncations[-1]  # carried into the next rollout's row 0
+            returns = advantages + values[:-1]
+
+        # flatten the batch: one named field per argument of the loss
+        rollout = dict(obs=obs, actions=actions, advantages=advantages, returns=returns, valid=valid_mask)
+        batch = {name: x.reshape((args.batch_size,) + x.shape[2:]) for name, x in rollout.items()}
+
+        # Optimizing the policy and value network: one gradient step on the whole batch (Tianshou: repetitions 1)
+        loss, stats = a2c_loss(agent, **batch, args=args)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+
+        valid_values, valid_returns = values[:-1][valid_mask], returns[valid_mask]  # raw units
+        var_y = valid_returns.var()
+        explained_var = (1 - (valid_returns - valid_values).var() / var_y).item() if var_y > 0 else float("nan")
+
+        sps = progress.sps(global_step)
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        for name in ("value_loss", "policy_loss", "entropy"):
+            writer.add_scalar(f"losses/{name}", stats[name].item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/torch_threads", threads.count, global_step)
+        threads.update()  # fewer threads while another process computes on these cores
+
+        # Read the stop flag once: a signal landing between two reads must not skip the save.
+        stopping = stop.requested
+        finite = torch_all_finite(agent, loss)
+        exit_if_diverged(
+            finite,
+            iteration=iteration,
+            global_step=global_step,
+            checkpoint_path=checkpoint_path,
+            resumed_from=args.resume,
+            writer=writer,
+            progress=progress,
+        )
+        if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
+            save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)
+        last = iteration == args.num_iterations or stopping
+        if args.capture_video and (iteration % args.video_every == 0 or last):
+            videos.film(iteration, final=last)  # at most one evaluator at a time
+        progress.show(global_step, sps, recent_returns, final=last)
+        if stopping:
+            print(stopped_line(iteration, checkpoint_path))
+            break
+
+    if args.save_model:
+        print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
+    videos.finish()
+    envs.close()
+    record_end_step(writer, global_step)
+    writer.close()

@@ -1,0 +1,458 @@
+"""Checkpoint files: written whole or not at all, read back with one-line errors, RNG states, and
+the arguments of a resumed run.
+
+What a checkpoint *holds* is each script's business (its `training_state()`); these functions only
+write, read and check the file. Torch scripts write `torch.save` files that load with
+`weights_only=True` (no pickle code runs on load); the JAX scripts write flax msgpack.
+"""
+
+import dataclasses
+import numbers
+import os
+import random
+import re
+import sys
+import time
+import types
+import typing
+from typing import Callable
+
+import numpy as np
+
+# Every checkpoint holds these, with these types (the script's own keys are checked by the script).
+COMMON_KEYS = {"script": str, "run_name": str, "args": dict, "iteration": int, "global_step": int, "rng": dict}
+
+# EnvPool's simulators cannot be snapshotted, so a resumed EnvPool run starts fresh games. Seeding
+# them with `seed` again would replay the games the run began with; `seed + RESEED_STRIDE * iteration`
+# gives new ones. The stride is a prime larger than any env count, so the seed ranges the envs of
+# two resumes use (EnvPool gives env i the seed seed + i) never overlap.
+RESEED_STRIDE = 7919
+# EnvPool takes int32 seeds only (it asserts seed < 2**31 - 1): a resumed seed wraps around below that.
+ENV_SEED_LIMIT = 2**31 - 1
+
+
+def resumed_env_seed(seed: int, iteration: int) -> int:
+    """The env seed of a run resumed after `iteration` (0: a fresh run, whose seed is kept as given)."""
+    if iteration == 0:
+        return seed
+    return (seed + RESEED_STRIDE * iteration) % ENV_SEED_LIMIT
+
+
+def write_atomically(path: str, write: Callable) -> None:
+    """`write(file)` into `path + ".tmp"`, flushed to disk, then renamed over `path`: a crash, kill or
+    full disk mid-write never leaves a torn checkpoint, and the previous one stays until the rename."""
+    tmp_path = path + ".tmp"
+    try:
+        with open(tmp_path, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException as error:  # a full disk or a KeyboardInterrupt: the half-written file is as large as a checkpoint
+        written = os.path.getsize(tmp_path) if os.path.exists(tmp_path) else 0
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        cause = os_error_in(error)
+        if cause is None or isinstance(error, KeyboardInterrupt | SystemExit):
+            raise
+        # A full disk, a quota, a vanished network folder: the user's to fix, so one line, not torch's zip-writer trace
+        sys.exit(
+            f"error: could not write {path} ({cause.strerror or cause}, after {written / 1e9:.2f} GB); the previous "
+            "file there, if any, is as it was. Free space there (a checkpoint that holds a replay buffer is the largest: "
+            "--no-checkpoint-buffer leaves it out where a script has it) and resume"
+        )
+
+
+def os_error_in(error: BaseException) -> OSError | None:
+    """The OSError behind `error`: itself, or one it was raised from or while handling (torch.save reports a full
+    disk as a RuntimeError from its zip writer, raised while handling the OSError)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def remove_interrupted_saves(path: str) -> None:
+    """Remove the `.tmp` files a killed save left beside checkpoint `path` (kill -9, a second Ctrl-C, a power
+    cut: no cleanup code runs), each as large as a checkpoint, and say so. Called when a run resumes from
+    `path`, before it writes anything: that run's saves are the only writers of its folder."""
+    run_dir = os.path.dirname(os.path.abspath(path))
+    for name in sorted(os.listdir(run_dir)):
+        if name.startswith("checkpoint") and name.endswith(".tmp"):
+            try:
+                os.remove(os.path.join(run_dir, name))
+            except OSError:  # another rank removed it first, or the folder is read-only (refused later, in one line)
+                continue
+            print(f"removed {name}, left by a save that was interrupted", flush=True)
+
+
+def kept_checkpoint_path(path: str, global_step: int) -> str:
+    """Where `--keep-checkpoints` keeps the checkpoint of `global_step`: beside `path`, the step zero-padded so
+    that the files sort in training order (runs/<run>/checkpoint-000307200.pt)."""
+    root, ext = os.path.splitext(path)
+    return f"{root}-{global_step:09d}{ext}"
+
+
+def kept_checkpoint_step(name: str) -> tuple[int, str] | None:
+    """(global step, extension) of a file name kept_checkpoint_path writes (`checkpoint-000307200.pt`), else None."""
+    match = re.fullmatch(r"checkpoint-(\d+)(\.\w+)", name)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def keep_a_link(path: str, global_step: int, write: Callable) -> None:
+    """The checkpoint just written at `path`, kept under its step as well (kept_checkpoint_path): a hard link where
+    the file system allows (the next save renames a new file over `path`, so the kept one is never overwritten and
+    costs no second copy), else a second file written with `write`."""
+    kept = kept_checkpoint_path(path, global_step)
+    if os.path.exists(kept):  # a resumed run saving the same step again
+        os.remove(kept)
+    try:
+        os.link(path, kept)
+    except OSError:  # no hard links here (some network and FAT file systems)
+        write_atomically(kept, write)
+
+
+def save_torch(path: str, state: dict, progress=None, keep: bool = False) -> None:
+    """With `progress` (the run's ProgressLine), a save that took over a second is reported in one line, size
+    and time: a checkpoint holding a replay buffer is GBs. With `keep` the checkpoint is also kept under its
+    step (kept_checkpoint_path), a hard link where the file system allows: the next save renames a new file
+    over `path`, so the kept one is never overwritten, and costs no second copy."""
+    import torch
+
+    start = time.time()
+    write_atomically(path, lambda f: torch.save(state, f))
+    if keep:
+        keep_a_link(path, state["global_step"], lambda f: torch.save(state, f))
+    seconds = time.time() - start
+    if progress is not None and seconds > 1:
+        progress.end_line()
+        print(f"checkpoint: {os.path.getsize(path) / 1e9:.2f} GB written in {seconds:.1f} s", flush=True)
+
+
+def save_msgpack(path: str, state: dict, keep: bool = False) -> None:
+    """flax msgpack, no pickle: arrays keep their dtypes and shapes, the rest is plain data. `keep` as in save_torch."""
+    import flax.serialization
+
+    write_atomically(path, lambda f: f.write(flax.serialization.msgpack_serialize(state)))
+    if keep:
+        keep_a_link(path, state["global_step"], lambda f: f.write(flax.serialization.msgpack_serialize(state)))
+
+
+def _fail(flag: str, path: str, reason: str):
+    sys.exit(f"error: {flag} {path!r} {reason}")
+
+
+def check_is_file(path: str, flag: str) -> None:
+    """One line unless `path` is a file: a run folder is named as a folder (it exists), with the checkpoint in it."""
+    if os.path.isdir(path):
+        inside = [name for name in ("checkpoint.pt", "checkpoint.msgpack") if os.path.isfile(os.path.join(path, name))]
+        hint = f"; resume from {os.path.join(path, inside[0])!r}" if inside else " (no checkpoint in it)"
+        _fail(flag, path, f"is a folder, not a checkpoint file{hint}")
+    if not os.path.isfile(path):
+        _fail(flag, path, "does not exist")
+
+
+def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
+    """`checkpoint` if it is a dict holding `keys` (name -> type) and COMMON_KEYS and was written by
+    `script`; else one line naming what is wrong, and exit. Runs before anything is written."""
+    if not isinstance(checkpoint, dict):
+        _fail(flag, path, "is not a resumable checkpoint (not a dict of training state)")
+    if checkpoint.get("script") != script:
+        _fail(flag, path, f"is a checkpoint of {checkpoint.get('script')!r}, not of {script!r}")
+    for name, expected in {**COMMON_KEYS, **keys}.items():
+        if name not in checkpoint:
+            _fail(flag, path, f"has no {name!r} entry (written by an older version of the script, or damaged)")
+        value = checkpoint[name]
+        if expected is int and isinstance(value, np.ndarray | np.generic) and np.ndim(value) == 0:
+            value = value.item()  # msgpack gives numpy scalars back
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            _fail(flag, path, f"has a {type(value).__name__} as {name!r}, not a {expected.__name__}")
+    if checkpoint["iteration"] < 0 or checkpoint["global_step"] < 0:
+        _fail(flag, path, "has a negative iteration or global step")
+    return checkpoint
+
+
+def _unreadable(flag: str, path: str, script: str, error: Exception, other_format: str) -> None:
+    """One line for a file this loader cannot read: where it is the twin framework's checkpoint (a torch script's
+    file given to its JAX twin, or the reverse), say whose it is."""
+    try:
+        if other_format == "torch":
+            import torch
+
+            other = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            import flax.serialization
+
+            with open(path, "rb") as f:
+                other = flax.serialization.msgpack_restore(f.read())
+        writer = other.get("script") if isinstance(other, dict) else None
+    except Exception:
+        writer = None
+    if isinstance(writer, str):
+        kind = "a torch" if other_format == "torch" else "a JAX (flax msgpack)"
+        _fail(flag, path, f"is {kind} checkpoint of {writer!r}, not one of {script!r}; resume it with {writer}.py")
+    _fail(flag, path, f"is not a readable checkpoint ({type(error).__name__})")
+
+
+def load_torch(path: str, script: str, keys: dict[str, type] | None = None, flag: str = "--resume") -> dict:
+    """A torch checkpoint of `script` holding weights, optimiser state and `keys` (name -> type), or
+    one clear line and exit."""
+    import torch
+
+    check_is_file(path, flag)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        _unreadable(flag, path, script, error, other_format="msgpack")
+    if isinstance(checkpoint, dict) and "optimizer_state_dict" not in checkpoint:
+        _fail(flag, path, "is not a resumable checkpoint (no optimiser state)")
+    checkpoint = check_checkpoint(
+        checkpoint, path, script, {"model_state_dict": dict, "optimizer_state_dict": dict} | (keys or {}), flag
+    )
+    remove_interrupted_saves(path)
+    return checkpoint
+
+
+def load_msgpack(path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
+    """A flax msgpack checkpoint of `script` holding `keys`, or one clear line and exit."""
+    import flax.serialization
+
+    check_is_file(path, flag)
+    try:
+        with open(path, "rb") as f:
+            checkpoint = flax.serialization.msgpack_restore(f.read())
+    except Exception as error:
+        _unreadable(flag, path, script, error, other_format="torch")
+    train_state = checkpoint.get("train_state") if isinstance(checkpoint, dict) else None
+    if not isinstance(train_state, dict) or "opt_state" not in train_state:
+        _fail(flag, path, "is not a resumable checkpoint (no optimiser state)")
+    checkpoint = check_checkpoint(checkpoint, path, script, keys, flag)
+    for name in ("iteration", "global_step"):
+        checkpoint[name] = int(checkpoint[name])
+    remove_interrupted_saves(path)
+    return checkpoint
+
+
+def restored_or_exit(path: str, what: str, restore: Callable[[], None]) -> None:
+    """Run `restore()` (load_state_dict and the like); if the saved state does not fit this run, one
+    line naming `what` and exit, instead of a traceback from deep inside torch or flax."""
+    try:
+        restore()
+    except Exception as error:
+        reason = " ".join(str(error).split())[:300]  # one line
+        sys.exit(f"error: --resume {path!r} holds {what} that does not fit this script's ({type(error).__name__}: {reason})")
+
+
+def restore_torch(path: str, checkpoint: dict, model, optimizer, args, extra: dict | None = None) -> tuple[int, int]:
+    """Weights, optimiser state, RNG states and each `extra` object's state (name -> an object with
+    `load_state_dict`, read from checkpoint[name]) from a torch checkpoint, one line and exit if they
+    do not fit; the optimiser then takes `args.learning_rate` (a rate changed on resume applies; a
+    schedule overwrites it each iteration anyway), and so does every optimiser among the `extra` objects (TD3's
+    and DDPG's critic optimiser). Prints where the run resumes. Returns (first iteration to run, global step).
+    Scripts with per-network rates (--policy-lr, --q-lr) have no `args.learning_rate`: their optimisers keep the
+    saved rates."""
+    import torch
+
+    restored_or_exit(path, "weights", lambda: model.load_state_dict(checkpoint["model_state_dict"]))
+    restored_or_exit(path, "an optimiser state", lambda: optimizer.load_state_dict(checkpoint["optimizer_state_dict"]))
+    restored_or_exit(path, "RNG states", lambda: set_torch_rng_states(checkpoint["rng"]))
+    for name, state_holder in (extra or {}).items():
+        restored_or_exit(path, f"an {name!r} entry", lambda: state_holder.load_state_dict(checkpoint[name]))
+    if hasattr(args, "learning_rate"):
+        optimizers = [optimizer] + [held for held in (extra or {}).values() if isinstance(held, torch.optim.Optimizer)]
+        for group in (group for optimizer in optimizers for group in optimizer.param_groups):
+            group["lr"] = args.learning_rate
+    return say_resumed(path, checkpoint, args.num_iterations)
+
+
+def restore_msgpack(path: str, checkpoint: dict, template: dict, num_iterations: int) -> tuple[dict, int, int]:
+    """The saved values of `template`'s entries (name -> a fresh pytree: TrainState, PRNG key,
+    normalisers), restored with restore_like, and Python's and numpy's RNG states; one line and exit
+    if they do not fit. Prints where the run resumes. Returns (restored, first iteration to run,
+    global step)."""
+    restored = {}
+    restored_or_exit(
+        path, "a training state", lambda: restored.update(restore_like(template, {k: checkpoint[k] for k in template}))
+    )
+    restored_or_exit(path, "RNG states", lambda: set_msgpack_rng_states(checkpoint["rng"]))
+    return (restored, *say_resumed(path, checkpoint, num_iterations))
+
+
+def say_resumed(path: str, checkpoint: dict, num_iterations: int) -> tuple[int, int]:
+    """Print where a resumed run continues (or that it has nothing left to do). Returns (first
+    iteration to run, global step)."""
+    run_name, iteration, global_step = (
+        os.path.basename(os.path.dirname(os.path.abspath(path))),
+        checkpoint["iteration"],
+        checkpoint["global_step"],
+    )
+    print(f"resumed {run_name} at iteration {iteration} (global step {global_step:,})", flush=True)
+    if iteration == num_iterations:
+        print(f"{run_name} already ran its {num_iterations} iterations; a larger --total-timesteps extends it", flush=True)
+    elif iteration > num_iterations:
+        print(
+            f"{run_name} already ran {iteration} iterations, more than the {num_iterations} this --total-timesteps "
+            "asks for: nothing to do (a larger --total-timesteps extends it)",
+            flush=True,
+        )
+    return iteration + 1, global_step
+
+
+# ---- arguments of a resumed run ----
+
+# Flags a resumed run may change. Everything else defines the run (batch shapes, the algorithm, the
+# envs) and must stay as saved. --total-timesteps extends (or shortens) the run; the learning-rate
+# schedule is recomputed for the new length, as if the run had been planned that long from the start.
+# --learning-rate rescues a run that diverged or stalled.
+MAY_CHANGE_ON_RESUME = (
+    "resume",
+    "total_timesteps",
+    "learning_rate",
+    "save_model",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "capture_video",
+    "video_every",
+    "torch_threads",
+    "cuda",
+    "precision",
+    "channels_last",
+)
+
+
+def upgrade_saved_args(saved: dict) -> dict:
+    """Arguments saved by an older version of a script, in today's spelling (in place, and returned):
+    `bf16: bool` became `precision: "bf16" | "fp32"`, `channels_last: bool` became "on" | "off"."""
+    if isinstance(saved.get("bf16"), bool | np.bool_) and "precision" not in saved:
+        saved["precision"] = "bf16" if saved.pop("bf16") else "fp32"
+    if isinstance(saved.get("channels_last"), bool | np.bool_):
+        saved["channels_last"] = "on" if saved["channels_last"] else "off"
+    return saved
+
+
+def resume_args(args_class, checkpoint: dict, path: str, may_change: tuple[str, ...] = MAY_CHANGE_ON_RESUME):
+    """The saved arguments with the flags of this command line applied over them. A flag that would
+    change anything outside `may_change` stops the run with one line naming it: never silently
+    dropped, never silently applied. Fields added to a script after the checkpoint take their defaults."""
+    import tyro
+
+    fields = {field.name for field in dataclasses.fields(args_class)}
+    saved = upgrade_saved_args(checkpoint["args"])
+    unknown = sorted(set(saved) - fields)
+    if unknown:
+        sys.exit(f"error: --resume {path!r} holds arguments this script does not know: {', '.join(unknown)}")
+    wrong = [name for name, value in saved.items() if not _fits(value, name, args_class)]
+    if wrong:
+        held = ", ".join(f"--{name.replace('_', '-')} {saved[name]!r} ({type(saved[name]).__name__})" for name in wrong)
+        sys.exit(f"error: --resume {path!r} holds arguments of the wrong type: {held} (a damaged or hand-edited checkpoint)")
+    try:
+        saved_args = args_class(**saved)
+    except Exception as error:
+        sys.exit(f"error: --resume {path!r} holds arguments that do not fit this script ({type(error).__name__})")
+    args = tyro.cli(args_class, default=saved_args)
+    changed = [name for name in sorted(fields) if getattr(args, name) != getattr(saved_args, name) and name not in may_change]
+    if changed:
+        flags = ", ".join(
+            f"--{name.replace('_', '-')} {getattr(args, name)} (saved: {getattr(saved_args, name)})" for name in changed
+        )
+        allowed = ", ".join(f"--{name.replace('_', '-')}" for name in may_change if name in fields and name != "resume")
+        sys.exit(f"error: {flags} cannot change on --resume; a resumed run may change only {allowed}")
+    return args
+
+
+def _fits(value, name: str, args_class) -> bool:
+    """Whether a saved argument has a type its field allows. Only plain scalar fields (bool, int,
+    float, str, None and their unions) are checked; anything else passes."""
+    try:
+        annotation = typing.get_type_hints(args_class)[name]  # Annotated (tyro.conf.Suppress) stripped
+    except Exception:
+        return True
+    is_union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    options = typing.get_args(annotation) if is_union else (annotation,)
+    is_number = not isinstance(value, bool | np.bool_)
+    checks = {
+        bool: isinstance(value, bool | np.bool_),
+        int: is_number and isinstance(value, numbers.Integral),
+        float: is_number and isinstance(value, numbers.Real),
+        str: isinstance(value, str),
+        type(None): value is None,
+    }
+    if any(option not in checks for option in options):
+        return True
+    return any(checks[option] for option in options)
+
+
+# ---- RNG states ----
+
+
+def torch_rng_states() -> dict:
+    """Python's, numpy's and torch's global RNG states, as types `torch.load(weights_only=True)` reads."""
+    import torch
+
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": (np_name, np_keys.tolist(), np_pos, np_has_gauss, np_cached),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_torch_rng_states(states: dict) -> None:
+    import torch
+
+    random.setstate(states["python"])
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = states["numpy"]
+    np.random.set_state((np_name, np.array(np_keys, dtype=np.uint32), np_pos, np_has_gauss, np_cached))
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def msgpack_rng_states() -> dict:
+    """Python's and numpy's global RNG states as msgpack-friendly data (a JAX key is saved by the script)."""
+    py_version, py_internal, py_gauss_next = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    return {
+        "python": {"version": py_version, "internal": np.asarray(py_internal, np.int64), "gauss_next": py_gauss_next},
+        "numpy": {"name": np_name, "keys": np_keys, "pos": np_pos, "has_gauss": np_has_gauss, "cached": np_cached},
+    }
+
+
+def set_msgpack_rng_states(states: dict) -> None:
+    python, numpy = states["python"], states["numpy"]
+    random.setstate((int(python["version"]), tuple(int(x) for x in python["internal"]), python["gauss_next"]))
+    np_state = (numpy["name"], np.asarray(numpy["keys"], np.uint32), int(numpy["pos"]), int(numpy["has_gauss"]))
+    np.random.set_state(np_state + (float(numpy["cached"]),))
+
+
+def restore_like(template, state):
+    """`template` (a pytree of jax arrays: a fresh TrainState, PRNG key, ...) holding the values saved
+    in `state` (its flax state dict, as read back from a checkpoint). Structure, shapes, dtypes and
+    weak types are the template's, so a jitted function sees exactly the input types of a fresh
+    run: a resumed run compiles once, in its first iteration, like a fresh one. ValueError if
+    `state` does not fit the template."""
+    import flax.serialization
+    import jax
+    import jax.numpy as jnp
+
+    restored = flax.serialization.from_state_dict(template, state)
+
+    def leaf(fresh: jax.Array, saved) -> jax.Array:
+        saved = np.asarray(saved)
+        if saved.shape != fresh.shape or saved.dtype != fresh.dtype:
+            raise ValueError(f"saved {saved.dtype}{list(saved.shape)} where this run has {fresh.dtype}{list(fresh.shape)}")
+        # A weakly typed leaf (TrainState.step starts as the Python int 0) must stay weak: jit's
+        # cache tells weak from strong types, so a strong one would compile the iteration again.
+        value = jnp.asarray(saved.item()) if fresh.weak_type else jnp.asarray(saved)
+        if value.dtype != fresh.dtype:
+            raise ValueError(f"weakly typed {fresh.dtype} leaf restores as {value.dtype}")
+        return value
+
+    return jax.tree.map(leaf, template, restored)

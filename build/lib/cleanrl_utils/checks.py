@@ -1,0 +1,226 @@
+"""Argument checks every script repeats. Each exits with one line, `error: ...`, that names the bad
+value and what is allowed: a user mistake never ends in a traceback, and nothing has been written yet."""
+
+import difflib
+import math
+import os
+import sys
+import warnings
+from typing import Callable
+
+# EnvPool takes int32 seeds (numpy's global seed is a uint32): one range for every script, the smaller.
+MAX_SEED = 2**31 - 1
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_positive(args, *names: str) -> None:
+    """Each named field is > 0 and finite (integers: "a positive integer"). NaN fails every comparison, so
+    `value <= 0` alone would let it through: a NaN rate or KL bound trains nothing and still exits 0."""
+    for name in names:
+        value = getattr(args, name, None)  # a flag this script does not have is not checked
+        if value is None:
+            continue
+        if isinstance(value, int) and value <= 0:
+            sys.exit(f"error: {flag(name)} must be a positive integer, got {value}")
+        if not isinstance(value, int) and not (value > 0 and math.isfinite(value)):
+            sys.exit(f"error: {flag(name)} must be positive and finite, got {value}")
+
+
+def check_non_negative(args, *names: str) -> None:
+    """Each named field is >= 0 and finite (a noise scale or a clip, where 0 turns it off)."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            sys.exit(f"error: {flag(name)} must be >= 0 and finite (0 = off), got {value}")
+
+
+def check_run_args(args) -> None:
+    """The flags every script has: seed, learning rate, discounting, checkpoint and video intervals,
+    threads; every float flag is finite; and the loss coefficients of the scripts that have them have a sign
+    the loss can use (a negative clip range or gradient-norm bound, or a negative value weight, trains on
+    and exits 0)."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            sys.exit(f"error: {flag(name)} must be a finite number, got {value}")
+    check_positive(args, "clip_coef", "max_grad_norm", "target_kl")  # target_kl: None = no early stop
+    check_non_negative(args, "ent_coef", "vf_coef")
+    if not 0 <= args.seed <= MAX_SEED:
+        sys.exit(f"error: --seed must be in 0..{MAX_SEED} (EnvPool seeds are 32-bit signed integers), got {args.seed}")
+    check_positive(args, "total_timesteps", "learning_rate", "video_every")
+    if not 0 < args.gamma <= 1:
+        sys.exit(f"error: --gamma must be in (0, 1], got {args.gamma}")
+    if hasattr(args, "gae_lambda") and not 0 <= args.gae_lambda <= 1:  # only the scripts that have the flag
+        sys.exit(f"error: --gae-lambda must be in [0, 1], got {args.gae_lambda}")
+    if args.checkpoint_every < 0:
+        sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
+    if getattr(args, "torch_threads", 0) < 0:
+        sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
+
+
+def check_rollout_shape(
+    num_envs: int, num_steps: int, num_minibatches: int, update_epochs: int, total_timesteps: int, envs_flag: str = "num_envs"
+) -> None:
+    """Positive sizes; the minibatches split the rollout evenly, two rows at least (the advantage
+    normalisation needs a standard deviation); one rollout fits in --total-timesteps. `envs_flag`: the script's
+    name for its env count (one process's, under torch.distributed)."""
+    for name, value in (
+        (envs_flag, num_envs),
+        ("num_steps", num_steps),
+        ("num_minibatches", num_minibatches),
+        ("update_epochs", update_epochs),
+    ):
+        if value <= 0:
+            sys.exit(f"error: {flag(name)} must be a positive integer, got {value}")
+    batch_size = num_envs * num_steps
+    if batch_size % num_minibatches != 0:
+        sys.exit(
+            f"error: --num-minibatches {num_minibatches} does not divide the batch size "
+            f"{batch_size} (= {flag(envs_flag)} {num_envs} x --num-steps {num_steps})"
+        )
+    if batch_size // num_minibatches < 2:
+        sys.exit(
+            f"error: --num-minibatches {num_minibatches} leaves {batch_size // num_minibatches} row per minibatch "
+            f"(batch size {batch_size}); a minibatch needs at least 2 rows"
+        )
+    if batch_size > total_timesteps:
+        sys.exit(f"error: --total-timesteps {total_timesteps} is smaller than one rollout ({batch_size} steps)")
+
+
+def check_replay_args(args, min_per_env: int = 1, resumed: bool = False) -> None:
+    """The flags of every replay-buffer script: positive sizes, at least `min_per_env` transitions per env,
+    a batch no larger than the buffer, one step of every env in --total-timesteps, --learning-starts before
+    the end (else the run never trains; a `resumed` run may end anywhere, it may have trained already), --tau in (0, 1]."""
+    check_positive(args, "num_envs", "buffer_size", "batch_size")
+    if args.batch_size > args.buffer_size:
+        sys.exit(f"error: --batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
+    if args.buffer_size // args.num_envs < min_per_env:
+        sys.exit(
+            f"error: --buffer-size {args.buffer_size} leaves fewer than {min_per_env} transitions per env "
+            f"(--num-envs {args.num_envs})"
+        )
+    if args.total_timesteps < args.num_envs:
+        sys.exit(f"error: --total-timesteps {args.total_timesteps} is less than one step of --num-envs {args.num_envs} envs")
+    if args.learning_starts < 0 or (args.learning_starts >= args.total_timesteps and not resumed):
+        sys.exit(
+            f"error: --learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps}) "
+            "(else the run never trains)"
+        )
+    if not 0 < args.tau <= 1:
+        sys.exit(f"error: --tau must be in (0, 1] (1 = copy the weights), got {args.tau}")
+
+
+def check_epsilon_schedule(args) -> None:
+    """--start-e and --end-e are probabilities, epsilon decays (end <= start), --exploration-fraction in (0, 1]."""
+    for name in ("start_e", "end_e"):
+        if not 0 <= getattr(args, name) <= 1:
+            sys.exit(f"error: {flag(name)} must be in [0, 1] (a probability), got {getattr(args, name)}")
+    if args.end_e > args.start_e:
+        sys.exit(f"error: --end-e {args.end_e} must be <= --start-e {args.start_e} (epsilon decays from start to end)")
+    if not 0 < args.exploration_fraction <= 1:
+        sys.exit(f"error: --exploration-fraction must be in (0, 1], got {args.exploration_fraction}")
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux); elsewhere the physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(bytes_needed: int, what: str, flags: str, held: int = 0) -> None:
+    """Refuse up front, with one line, a buffer larger than the memory this machine has free. `held`: bytes of it
+    this process holds already (a resumed run's loaded buffer, which the new one takes over), not counted again."""
+    available = available_memory_bytes()
+    if bytes_needed - held > available:
+        loaded = f" ({held / 2**30:,.1f} GiB of it loaded already)" if held else ""
+        sys.exit(
+            f"error: {what} needs {bytes_needed / 2**30:,.1f} GiB{loaded}, more than the {available / 2**30:,.1f} GiB "
+            f"of memory available; lower {flags}"
+        )
+
+
+# EnvPool's task families, by the module its registry names for an id.
+ENVPOOL_FAMILIES = {
+    "envpool.atari": ("Atari", "Pong-v5, Breakout-v5, BeamRider-v5"),
+    "envpool.mujoco.gym": ("MuJoCo", "HalfCheetah-v4, Hopper-v4, Walker2d-v4, Ant-v4"),
+    "envpool.mujoco.dmc": ("DeepMind Control", "CheetahRun-v1, WalkerWalk-v1"),
+    "envpool.classic_control": ("classic control", "CartPole-v1, Pendulum-v1"),
+}
+
+
+def hide_box_precision_warnings() -> None:
+    """EnvPool's classic-control specs (Pendulum) give float32 Boxes float64 bounds, and Gymnasium warns about the cast
+    each time such a space is built: nothing the user can or should act on."""
+    warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+
+
+def check_envpool_id(env_id: str, family: str, also: tuple[str, ...] = ()) -> None:
+    """`env_id` is an EnvPool id of `family` (a key of ENVPOOL_FAMILIES), or one of the ids `also`
+    accepts. Close matches are suggested from those only; an id of another EnvPool family is named as such."""
+    from envpool.registration import registry
+
+    name, examples = ENVPOOL_FAMILIES[family]
+    specs = registry.specs
+    if env_id in specs and (specs[env_id][0] == family or env_id in also):
+        hide_box_precision_warnings()
+        return
+    if env_id in specs:
+        other = ENVPOOL_FAMILIES.get(specs[env_id][0], (specs[env_id][0],))[0]
+        takes = f"{name} ones, e.g. {examples}" + (f" (or {', '.join(also)})" if also else "")
+        sys.exit(f"error: --env-id {env_id!r} is an EnvPool {other} environment; this script takes {takes}")
+    ids = [i for i, spec in specs.items() if spec[0] == family] + list(also)
+    close = difflib.get_close_matches(env_id, ids, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {examples}"
+    sys.exit(f"error: --env-id {env_id!r} is not an EnvPool {name} environment{hint}")
+
+
+def check_continuous_envpool_id(env_id: str) -> None:
+    """The off-policy continuous-control scripts: any EnvPool MuJoCo id, and Pendulum-v1 for quick checks."""
+    check_envpool_id(env_id, "envpool.mujoco.gym", also=("Pendulum-v1",))
+
+
+def check_gymnasium_env(env_id: str, examples: str, fits: Callable | None = None):
+    """`env_id` is a registered Gymnasium env that builds here (close matches suggested otherwise: only those whose
+    (observation_space, action_space) `fits` accepts, when given; a missing package or a failing constructor named in
+    one line). Returns its (observation_space, action_space), from one env made and closed again."""
+    import gymnasium as gym
+
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=10)
+        if fits is not None:
+            close = [candidate for candidate in close if _fits_spaces(candidate, fits)][:3]
+        close = close[:3]
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {examples}"
+        sys.exit(f"error: --env-id {env_id!r} is not a registered Gymnasium environment{hint}")
+    try:
+        env = gym.make(env_id)
+    except gym.error.DependencyNotInstalled as error:
+        sys.exit(f"error: --env-id {env_id!r} needs a package that is not installed: {str(error).splitlines()[0]}")
+    except Exception as error:  # an env that cannot be built here: say so in one line
+        sys.exit(f"error: --env-id {env_id!r} could not be created ({type(error).__name__}: {str(error).splitlines()[0]})")
+    spaces = env.observation_space, env.action_space
+    env.close()
+    return spaces
+
+
+def _fits_spaces(env_id: str, fits: Callable) -> bool:
+    """Whether a suggested Gymnasium env builds here and its spaces are of the kind the script takes."""
+    import gymnasium as gym
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = gym.make(env_id)
+            spaces = env.observation_space, env.action_space
+            env.close()
+    except Exception:
+        return False
+    return bool(fits(*spaces))

@@ -1,0 +1,289 @@
+"""A training run's folder, its tensorboard/wandb writer, its progress line, its divergence exit and
+its CPU thread count: the plumbing every script shares, one small function or class each.
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
+    """(run_name, absolute run_dir), the folder made, its path printed; or one line and exit.
+
+    A fresh run gets `<log_dir>/<env_id>__<exp_name>__<seed>__<unix time>`, with `-2`, `-3`, ...
+    appended when that folder exists already (two launches in the same second): a run never writes
+    into another run's folder. A namespaced env id (`phys2d/CartPole-v1`) becomes one folder name
+    (`phys2d-CartPole-v1`). A resumed run continues in its checkpoint's own folder, wherever the
+    command is started from."""
+    if checkpoint_path is not None:
+        run_dir = os.path.dirname(os.path.abspath(checkpoint_path))
+        check_resumable_dir(run_dir, checkpoint_path)
+        check_resumes_the_latest(run_dir, checkpoint_path)
+        print(f"run folder: {run_dir}", flush=True)
+        return os.path.basename(run_dir), run_dir
+    check_exp_name(args.exp_name)
+    base = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    log_dir = os.path.abspath(args.log_dir)
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        for attempt in range(1, 1000):
+            run_name = base if attempt == 1 else f"{base}-{attempt}"
+            run_dir = os.path.join(log_dir, run_name)
+            try:
+                os.mkdir(run_dir)  # atomic: of two launches in the same second, one gets the name
+            except FileExistsError:
+                continue
+            print(f"run folder: {run_dir}", flush=True)
+            return run_name, run_dir
+    except OSError as error:
+        sys.exit(f"error: --log-dir {args.log_dir!r} cannot hold a run folder ({type(error).__name__}: {error.strerror})")
+    sys.exit(f"error: --log-dir {args.log_dir!r} already holds runs {base} to {base}-999")
+
+
+# The longest file name most file systems take (ext4, xfs, btrfs: 255 bytes); the run folder's time stamp and
+# suffix take up to 16 of them.
+MAX_EXP_NAME_BYTES = 200
+
+
+def check_exp_name(exp_name: str) -> None:
+    """--exp-name becomes part of the run folder's name: not empty, no path separator, not too long. Without this,
+    a bad name failed as "--log-dir cannot hold a run folder", blaming the wrong flag, and "" was accepted."""
+    if not exp_name.strip():
+        sys.exit(f"error: --exp-name {exp_name!r} is empty; give a name for the run folders, e.g. --exp-name baseline")
+    if "/" in exp_name or "\0" in exp_name:
+        sys.exit(f"error: --exp-name {exp_name!r} holds a '/' or NUL; it names a folder, so it cannot")
+    if len(exp_name.encode()) > MAX_EXP_NAME_BYTES:
+        sys.exit(
+            f"error: --exp-name is {len(exp_name.encode())} bytes long; a folder name allows at most {MAX_EXP_NAME_BYTES}"
+        )
+
+
+def check_resumable_dir(run_dir: str, checkpoint_path: str) -> None:
+    """A resumed run writes into its checkpoint's folder: one line, before anything is written, if it cannot."""
+    probe = os.path.join(run_dir, f".write-test-{os.getpid()}")
+    try:
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        sys.exit(
+            f"error: --resume {checkpoint_path!r} is in a folder this run cannot write to ({type(error).__name__}: "
+            f"{error.strerror}); copy the run folder somewhere writable and resume from the copy"
+        )
+
+
+def check_resumes_the_latest(run_dir: str, checkpoint_path: str) -> None:
+    """A resumed run continues in its checkpoint's folder: it rewrites checkpoint.<ext>, keeps new checkpoints and
+    drops the logged scalars past its step. From an older kept checkpoint of a run that went on, that would destroy
+    the newer lineage and mix the two: refuse in one line that says how to branch instead (a copy in a new folder)."""
+    from cleanrl_utils.checkpoint import kept_checkpoint_step
+
+    kept = kept_checkpoint_step(os.path.basename(checkpoint_path))
+    if kept is None:
+        return
+    step, ext = kept
+    newer = sorted(
+        name for name in os.listdir(run_dir) if (other := kept_checkpoint_step(name)) and other[1] == ext and other[0] > step
+    )
+    latest = os.path.join(run_dir, f"checkpoint{ext}")
+    if os.path.exists(latest) and not same_checkpoint(latest, checkpoint_path):
+        newer.append(f"checkpoint{ext}")
+    if newer:
+        branch = f"{run_dir}-from-{step}"
+        sys.exit(
+            f"error: --resume {checkpoint_path!r} is an older checkpoint of a run that went on ({', '.join(newer)}); "
+            f"resuming it in place would overwrite that lineage. To branch from it: mkdir {branch} && "
+            f"cp {checkpoint_path} {branch}/checkpoint{ext}, then --resume {branch}/checkpoint{ext}"
+        )
+
+
+def same_checkpoint(a: str, b: str) -> bool:
+    """The same file (a kept checkpoint is a hard link to checkpoint.<ext> when saved), or a byte-equal copy (the
+    fallback where the file system has no hard links)."""
+    import filecmp
+
+    return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
+
+
+def check_writable_dir(path: str, flag: str) -> None:
+    """Exit with one line unless `path` is (or can be made) a folder this process can write into."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        sys.exit(f"error: {flag} {path!r} is not a writable folder ({type(error).__name__}: {error.strerror})")
+
+
+def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = None):
+    """A tensorboard SummaryWriter on `run_dir` (mirrored to Weights and Biases with --track), the
+    hyperparameters written as a text table. On resume, events the interrupted run logged after its
+    checkpoint are dropped (purge_step), so no step is logged twice."""
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(run_dir, purge_step=None if resumed_step is None else resumed_step + 1)
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+    return writer
+
+
+# The scalar every script writes once, at its normal end: cleanrl_utils.plot reads it (see record_end_step).
+END_STEP_TAG = "charts/end_global_step"
+
+
+def record_end_step(writer, global_step: int) -> None:
+    """At the normal end of a run (all iterations done, or stopped by Ctrl-C/SIGTERM after its checkpoint): the
+    global step it reached, logged at that step. Scripts that log every 1,000 steps (the replay-buffer ones) log their last
+    scalar short of the planned length, so only this record tells cleanrl_utils.plot that a run finished; a
+    stopped run records the step it stopped at, short of the planned length, and stays unfinished."""
+    writer.add_scalar(END_STEP_TAG, global_step, global_step)
+
+
+def torch_threads(requested: int) -> int:
+    """The torch intra-op thread count to use: `requested` if > 0; else (0, auto) OMP_NUM_THREADS when
+    set (cleanrl_utils.benchmark sets it to cores / workers for each run it starts), else the cores
+    this process may use. Two processes that both spin one OpenMP thread per core on shared cores
+    slow each other down many times over, so concurrent runs must split the cores."""
+    if requested > 0:
+        return requested
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:
+        return int(omp)
+    return len(os.sched_getaffinity(0))
+
+
+class ProgressLine:
+    """The progress line and the SPS clock of a run. On a terminal, one line rewritten in place at most once a second; elsewhere (CI, log files,
+    pipes) a plain line every 10 s. The last line (`final=True`) is always printed and ends with a
+    newline. `episode_word` names what `returns` counts ("games" for Atari, else "episodes")."""
+
+    def __init__(self, start_step: int, total_steps: int, episode_word: str = "episodes", stream=None):
+        self.start_step, self.start_time = start_step, time.time()
+        self.total_steps = total_steps
+        self.episode_word = episode_word
+        self.stream = stream or sys.stdout
+        self.live = self.stream.isatty()
+        self.last_print = 0.0
+        self.open_line = False
+
+    def sps(self, global_step: int) -> int:
+        """Env steps per second since this run (or resumed run) started training."""
+        return int((global_step - self.start_step) / max(time.time() - self.start_time, 1e-9))
+
+    def show(self, global_step: int, sps: int, returns: list[float], final: bool = False) -> None:
+        now = time.time()
+        if not final and now - self.last_print <= (1 if self.live else 10):
+            return
+        self.last_print = now
+        recent = returns[-20:]
+        mean_return = f"{np.mean(recent):.2f}" if recent else "n/a"
+        eta = max(self.total_steps - global_step, 0) / max(sps, 1)
+        line = (
+            f"step {global_step:,}/{self.total_steps:,}  SPS {sps:,}  return(last {len(recent)}) {mean_return}  "
+            f"{self.episode_word} {len(returns):,}  ETA {eta / 60:.1f} min"
+        )
+        if self.live:  # "\r\x1b[K": back to column 0 and clear the line, so it is rewritten in place
+            line = f"\r\x1b[K{line}"
+        end = "\n" if final or not self.live else ""
+        print(line, end=end, file=self.stream, flush=True)
+        self.open_line = self.live and not end
+
+    def end_line(self) -> None:
+        """Before printing anything else under a live line."""
+        if self.open_line:
+            print(file=self.stream, flush=True)
+            self.open_line = False
+
+
+def torch_all_finite(model, loss=None) -> bool:
+    """Whether `loss` (if given) and every parameter of the torch `model` are finite, in one host sync: a
+    script calls it where it logs and before each checkpoint, not every step."""
+    import torch
+
+    checks = [torch.isfinite(p).all() for p in model.parameters()]
+    if loss is not None:
+        checks.append(torch.isfinite(loss).all())
+    return bool(torch.stack(checks).all())
+
+
+def exit_if_diverged(
+    finite: bool,
+    *,
+    iteration: int,
+    global_step: int,
+    checkpoint_path: str,
+    resumed_from: str | None,
+    writer,
+    progress,
+    flag: str = "--learning-rate",
+) -> None:
+    """A diverged run (non-finite loss or parameters) stops here, before any checkpoint could be
+    overwritten with its state: the last good checkpoint, if any, stays as it was. The line names it
+    (the run folder's checkpoint, else the file the run was resumed from) and the flag to lower (`flag`)."""
+    if finite:
+        return
+    writer.close()
+    progress.end_line()
+    if os.path.exists(checkpoint_path):
+        saved = f"last good checkpoint: {checkpoint_path}"
+    elif resumed_from:
+        saved = f"last good checkpoint: {os.path.abspath(resumed_from)}"
+    else:
+        saved = "no checkpoint was written"
+    sys.exit(
+        f"error: non-finite loss or parameters at iteration {iteration} (global step {global_step:,}); {saved}; "
+        f"try a lower {flag}"
+    )
+
+
+def checkpoint_due(iteration: int, num_iterations: int, every: int, stopping: bool) -> bool:
+    """Every `every` iterations (0: never on a schedule), at a requested stop, and at the end."""
+    return (every > 0 and iteration % every == 0) or stopping or iteration == num_iterations
+
+
+class XlaCompilations:
+    """Counts XLA compilations (jax.monitoring's backend-compile events) so a JAX script can show that
+    its jitted iteration compiled in the first iteration only: its inputs keep their shapes and dtypes
+    (a resumed run's too, through restore_like). Call `first_iteration_done()` after the first
+    iteration; `summary(...)` is the line to print at the end (None if no iteration ran)."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self):
+        import jax
+
+        self.durations: list[float] = []
+        self.in_first: int | None = None
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda event, duration, **_: self.durations.append(duration) if event == self.EVENT else None
+        )
+
+    def first_iteration_done(self) -> None:
+        if self.in_first is None:
+            self.in_first = len(self.durations)
+
+    def summary(self, start_iteration: int, last_iteration: int) -> str | None:
+        if self.in_first is None:
+            return None
+        first, later = self.durations[: self.in_first], self.durations[self.in_first :]
+        return (
+            f"XLA compilations: {len(first)} in iteration {start_iteration} ({sum(first):.1f} s), "
+            f"{len(later)} in the {last_iteration - start_iteration} later iterations"
+        )

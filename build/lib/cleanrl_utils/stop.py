@@ -1,0 +1,69 @@
+"""Ctrl-C and SIGTERM for a training run: what each does, at every moment of the run.
+
+- During start-up (the imports, env and network set-up, loading a checkpoint) either signal exits
+  at once with one line: nothing has been trained yet, so nothing is lost.
+- Once training runs (`StopAfterIteration`), the first signal asks the run to stop after the current
+  iteration: the script then writes its checkpoint and exits 0. SIGTERM is what schedulers send
+  (SLURM, `docker stop`, Kubernetes, `timeout`), so it is treated as Ctrl-C is. A second signal
+  aborts at once without saving; the last checkpoint stays valid (checkpoints are written whole,
+  then renamed).
+
+The handlers never raise. An exception raised from a signal handler lands in whatever Python code
+runs at that moment, and inside a garbage-collection callback (JAX registers one, and EnvPool imports
+JAX) Python prints "Exception ignored" and carries on as if nothing happened. So the handlers act
+through os._exit or a flag, never through KeyboardInterrupt. They write with os.write: a print()
+interrupted in the middle of another print() raises "reentrant call".
+"""
+
+import os
+import signal
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+
+def _say(message: str) -> None:
+    os.write(2, f"\n{message}\n".encode())  # "\n" first: ends a live progress line
+
+
+def exit_at_once_on_signals() -> None:
+    """Start-up: Ctrl-C or SIGTERM exits at once (exit code 128 + signal number) with one line."""
+
+    def exit_now(signum, frame):
+        _say(f"{SIGNAL_NAMES[signum]} during start-up: exiting before training began")
+        os._exit(128 + signum)
+
+    for signum in SIGNALS:
+        signal.signal(signum, exit_now)
+
+
+class StopAfterIteration:
+    """Training: the first Ctrl-C or SIGTERM sets `requested`; the loop reads it once per iteration,
+    checkpoints and exits 0. A second signal aborts at once (exit code 128 + signal number). `quiet`: the first
+    signal is not announced (under torchrun every process gets the terminal's Ctrl-C; process 0 alone says it)."""
+
+    def __init__(self, quiet: bool = False):
+        self.requested, self.quiet = False, quiet
+        for signum in SIGNALS:
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            _say(f"{SIGNAL_NAMES[signum]} again: aborted without saving (the last checkpoint written stays valid)")
+            os._exit(128 + signum)
+        self.requested = True
+        if not self.quiet:
+            _say(f"{SIGNAL_NAMES[signum]}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)")
+
+
+def stopped_line(iteration: int, checkpoint_path: str) -> str:
+    return f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"
+
+
+def ignore_signals_in_worker() -> None:
+    """In an env subprocess: a terminal's Ctrl-C and `timeout`'s SIGTERM reach the whole process
+    group; only the main process acts on them. It must close its workers on every exit (e.g.
+    `atexit.register(envs.close)`): multiprocessing stops leftover workers at exit with SIGTERM,
+    which they now ignore, and would wait for them forever."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)

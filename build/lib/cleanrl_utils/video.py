@@ -1,0 +1,117 @@
+"""Evaluation videos: stream RGB frames into an H.264 MP4 (imageio-ffmpeg ships its own ffmpeg), and
+the evaluation-video jobs a training run starts."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+
+
+class VideoWriter:
+    """One episode, one file. Frames are (H, W, 3) uint8 with even H and W (yuv420p needs them)."""
+
+    def __init__(self, path: str, fps: int):
+        import imageio.v2 as imageio
+
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self.path = path
+        self.frames = 0
+        self._writer = imageio.get_writer(
+            path, fps=fps, codec="libx264", quality=7, macro_block_size=2, ffmpeg_log_level="error"
+        )
+
+    def append(self, frame: np.ndarray) -> None:
+        self._writer.append_data(np.ascontiguousarray(frame))
+        self.frames += 1
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def record_gymnasium_episodes(
+    env_id: str, act, video_dir: str, episodes: int, seed: int, fps: int = 30, prefix: str = "eval"
+) -> list[str]:
+    """Play `episodes` episodes of a Gymnasium env with `act(obs[None]) -> action[None]` and write
+    one MP4 each. MuJoCo renders headless through EGL unless MUJOCO_GL says otherwise."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    # rgb_array frames need no display: without this, pygame's SDL (classic control) looks for one and prints
+    # "error: XDG_RUNTIME_DIR is invalid" on a machine without a desktop session.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    import gymnasium as gym
+
+    # A v4 MuJoCo id is the trained one (EnvPool's MuJoCo envs are v4): Gymnasium's advice to move to v5 is noise here
+    # (set after Gymnasium's import, whose own warning filters would otherwise come first).
+    warnings.filterwarnings("ignore", message=".*is out of date. You should consider upgrading")
+    env = gym.make(env_id, render_mode="rgb_array")
+    paths = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        writer = VideoWriter(os.path.join(video_dir, f"{prefix}-episode-{episode}.mp4"), fps)
+        writer.append(env.render())
+        done = False
+        while not done:
+            action = act(np.asarray(obs)[None])[0]
+            obs, _, terminated, truncated, _ = env.step(action)
+            writer.append(env.render())
+            done = terminated or truncated
+        writer.close()
+        paths.append(writer.path)
+    env.close()
+    return paths
+
+
+class VideoJobs:
+    """Evaluation videos filmed during training, each by `cleanrl_utils.evaluate` in its own process
+    from a snapshot of the policy (`write_model(path)` writes it), so the training envs never render.
+
+    At most one evaluator runs at a time: a video that falls due while one is still being filmed is
+    skipped, and the skip is printed; the last one (`final=True`: end of training or a requested
+    stop) waits for the running one instead. Evaluators run in their own session, so a terminal's
+    Ctrl-C, which reaches the whole foreground process group, does not kill them: the training
+    process waits for them in `finish()`, and if it is aborted they still finish their video."""
+
+    def __init__(self, run_dir: str, write_model, env: dict | None = None):
+        self.run_dir = run_dir
+        self.write_model = write_model
+        self.env = env  # the evaluator's environment variables (None: this process's)
+        self.running: tuple[subprocess.Popen, str, object] | None = None
+        self.results: list[str] = []
+
+    def film(self, iteration: int, final: bool = False) -> None:
+        if self._running_still():
+            if not final:
+                print(f"evaluation video of iteration {iteration} skipped: the previous one is still being filmed", flush=True)
+                return
+            self._wait()
+        video_dir = os.path.join(self.run_dir, "videos", f"iteration-{iteration}")
+        os.makedirs(video_dir, exist_ok=True)
+        model_path = self.write_model(os.path.join(video_dir, "model.cleanrl_model"))
+        command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
+        command += ["--capture-video", "--video-dir", video_dir, "--no-cuda", "--torch-threads", "1"]
+        log = open(os.path.join(video_dir, "evaluate.log"), "w")
+        process = subprocess.Popen(command, stdout=log, stderr=log, env=self.env, start_new_session=True)
+        self.running = (process, video_dir, log)
+
+    def _running_still(self) -> bool:
+        if self.running is None:
+            return False
+        if self.running[0].poll() is None:
+            return True
+        self._wait()
+        return False
+
+    def _wait(self) -> None:
+        process, video_dir, log = self.running
+        returncode = process.wait()
+        log.close()
+        status = "written" if returncode == 0 else f"FAILED (exit {returncode}, see {video_dir}/evaluate.log)"
+        self.results.append(f"evaluation video {status}: {video_dir}")
+        print(self.results[-1], flush=True)
+        self.running = None
+
+    def finish(self) -> None:
+        """Wait for the evaluator still running, if any."""
+        if self.running is not None:
+            self._wait()
