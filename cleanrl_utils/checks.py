@@ -194,6 +194,14 @@ def check_gymnasium_env(env_id: str, examples: str, fits: Callable | None = None
     import gymnasium as gym
 
     if env_id not in gym.registry:
+        from envpool.registration import registry
+
+        family = registry.specs[env_id][0] if env_id in registry.specs else None
+        if family in ENVPOOL_FAMILIES:  # an EnvPool id (Pong-v5): say so, and not a far-fetched Gymnasium match
+            sys.exit(
+                f"error: --env-id {env_id!r} is an EnvPool {ENVPOOL_FAMILIES[family][0]} id, not a Gymnasium one: "
+                f"this script takes Gymnasium ids, e.g. {examples}; the EnvPool scripts (cleanrl/*_envpool*.py) take it"
+            )
         close = difflib.get_close_matches(env_id, list(gym.registry), n=10)
         if fits is not None:
             close = [candidate for candidate in close if _fits_spaces(candidate, fits)][:3]

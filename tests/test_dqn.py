@@ -386,6 +386,7 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
 
 
 BAD_INPUT = [
+    (["--env-id", "Pong-v5"], ["'Pong-v5' is an EnvPool Atari id", "_envpool"]),  # was: "did you mean Ant-v5?"
     (["--buffer-size", "100"], ["--batch-size 128", "--buffer-size 100"]),
     (["--num-envs", "4", "--buffer-size", "3", "--batch-size", "2"], ["--buffer-size 3", "--num-envs 4"]),
     (["--learning-starts", "600000"], ["--learning-starts 600000", "--total-timesteps 500000"]),
