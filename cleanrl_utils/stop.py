@@ -26,12 +26,22 @@ def _say(message: str) -> None:
     os.write(2, f"\n{message}\n".encode())  # "\n" first: ends a live progress line
 
 
+def _exit_now(code: int) -> None:
+    """os._exit, after killing this process's multiprocessing children (Gymnasium's AsyncVectorEnv workers): left
+    behind, each would find its pipe to the main process broken and print a traceback."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+    os._exit(code)
+
+
 def exit_at_once_on_signals() -> None:
     """Start-up: Ctrl-C or SIGTERM exits at once (exit code 128 + signal number) with one line."""
 
     def exit_now(signum, frame):
         _say(f"{SIGNAL_NAMES[signum]} during start-up: exiting before training began")
-        os._exit(128 + signum)
+        _exit_now(128 + signum)
 
     for signum in SIGNALS:
         signal.signal(signum, exit_now)
@@ -50,7 +60,7 @@ class StopAfterIteration:
     def _handle(self, signum, frame):
         if self.requested:
             _say(f"{SIGNAL_NAMES[signum]} again: aborted without saving (the last checkpoint written stays valid)")
-            os._exit(128 + signum)
+            _exit_now(128 + signum)
         self.requested = True
         if not self.quiet:
             _say(f"{SIGNAL_NAMES[signum]}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)")

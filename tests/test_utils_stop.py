@@ -113,6 +113,50 @@ def test_a_second_signal_aborts_at_once_without_saving(first, second):
     assert lines[1].endswith("again: aborted without saving (the last checkpoint written stays valid)")
 
 
+ASYNC_ENVS = """
+    import multiprocessing
+    import gymnasium as gym
+    from cleanrl_utils.stop import StopAfterIteration, ignore_signals_in_worker
+
+    def make_one():
+        if multiprocessing.parent_process() is not None:
+            ignore_signals_in_worker()  # as the Gymnasium scripts' make_env does
+        return gym.make("CartPole-v1")
+
+    envs = gym.vector.AsyncVectorEnv([make_one, make_one])
+    envs.reset(seed=1)
+    stop = StopAfterIteration()
+    print("ready", flush=True)
+    while not stop.requested:
+        envs.step(envs.action_space.sample())
+    print("flag set; the iteration is still running", flush=True)
+    while True:
+        envs.step(envs.action_space.sample())
+"""
+
+
+def test_a_second_ctrl_c_to_the_process_group_leaves_no_worker_traceback():
+    """Trial 3, D2: a terminal's two Ctrl-C reach the whole process group. The aborting main process left its
+    AsyncVectorEnv workers to find their pipes broken, and each printed a ConnectionResetError/BrokenPipeError
+    traceback."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(ASYNC_ENVS)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        start_new_session=True,
+    )
+    wait_for(process, "ready")
+    os.killpg(process.pid, signal.SIGINT)
+    wait_for(process, "flag set")
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert stderr_lines(stderr)[-1].endswith("again: aborted without saving (the last checkpoint written stays valid)")
+
+
 # JAX registers a garbage-collection callback (EnvPool imports JAX). An exception raised by a signal
 # handler while such a callback runs is printed as "Exception ignored in ..." and the program carries
 # on: Ctrl-C was swallowed (issue 16, defect 2). The callback here sleeps, so the signal lands in it.
