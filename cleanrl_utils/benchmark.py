@@ -75,6 +75,23 @@ def command_argv(command: str) -> list[str]:
     return argv
 
 
+def check_interpreter(argv: list[str]) -> None:
+    """A command run by a Python interpreter (`python ...`, `.venv/bin/python ...`) must be able to import this
+    project: a bare `python` outside the activated environment fails every run with ModuleNotFoundError, each in its
+    own log. Checked once, before any run, in one line."""
+    if not os.path.basename(argv[0]).startswith("python"):
+        return
+    try:
+        found = subprocess.run([argv[0], "-c", "import cleanrl_utils"], capture_output=True, timeout=60).returncode == 0
+    except OSError as error:
+        sys.exit(f"error: --command's program {argv[0]!r} cannot be started ({error.strerror or error})")
+    if not found:
+        sys.exit(
+            f"error: --command's interpreter {argv[0]!r} cannot import cleanrl_utils (it is not this project's "
+            f"environment); give this environment's interpreter instead, e.g. {os.path.relpath(sys.executable)}"
+        )
+
+
 def plan_runs(command: str, env_ids: list[str], seeds: list[int], log_dir: str) -> list[Run]:
     argv = command_argv(command)
     label = run_label(argv)
@@ -258,6 +275,7 @@ def main() -> None:
     if not args.env_ids or not args.seeds:
         sys.exit("error: need at least one --env-ids and one --seeds value")
     runs = plan_runs(args.command, args.env_ids, args.seeds, args.log_dir)
+    check_interpreter(runs[0].argv)
     check_writable_dir(args.log_dir, "--log-dir")
     threads, why = threads_per_run(args.workers, len(runs))
     print(f"each run gets OMP_NUM_THREADS={threads} ({why})", flush=True)

@@ -225,6 +225,23 @@ def test_an_empty_or_unparsable_command_gives_one_line(command, expected):
     assert result.returncode == 1 and result.stderr.strip() == expected  # was: IndexError
 
 
+def test_an_interpreter_that_cannot_import_the_project_gives_one_line_before_any_run(tmp_path):
+    """Trial 3, D13: `--command "python cleanrl/ppo.py ..."` outside the activated environment failed every run with
+    ModuleNotFoundError, each in its own log ("4 of 4 runs failed")."""
+    other_python = tmp_path / "python3"
+    other_python.write_text("#!/bin/sh\nexit 1\n")  # as a Python without this project installed answers the check
+    other_python.chmod(0o755)
+    log_dir = tmp_path / "logs"
+    command = f"{other_python} cleanrl/ppo.py --total-timesteps 512"
+    result = benchmark_cli("--command", command, "--env-ids", "CartPole-v1", "--seeds", "1", "--log-dir", str(log_dir))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: --command's interpreter '{other_python}' cannot import cleanrl_utils"), line
+    assert not log_dir.exists()  # no run was started
+    result = benchmark_cli("--command", f"{tmp_path / 'python-missing'} x.py", "--env-ids", "CartPole-v1", "--seeds", "1")
+    assert result.returncode == 1 and "cannot be started" in result.stderr.strip()
+
+
 def test_an_unwritable_log_dir_gives_one_line(tmp_path):
     (tmp_path / "a_file").write_text("")
     result = benchmark_cli("--command", "true", "--log-dir", str(tmp_path / "a_file" / "logs"))
