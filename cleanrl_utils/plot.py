@@ -121,6 +121,8 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
         accumulator.Reload()
         tags = accumulator.Tags()["scalars"]
         if tag not in tags:
+            if tags:  # a run that logged, but not this tag (no episode finished yet): named, not silently skipped
+                notes.append(f"left out {name}: it logged no {tag!r} (no episode finished)")
             continue
         hyperparameters = read_hyperparameters(accumulator)
         parsed = parse_run_name(name)
@@ -234,6 +236,7 @@ def summarise(runs: list[RunData], window: int) -> list[dict]:
         finals = [run.values[-max(1, len(run.values) // 10) :].mean() for run in group]
         grid = np.linspace(0, min(run.steps[-1] for run in group), 200)
         mean, _, _ = mean_and_band([r.steps for r in group], [moving_average(r.values, window) for r in group], grid)
+        sps = [run.sps for run in group if np.isfinite(run.sps)]  # a short off-policy run may log no SPS yet
         rows.append(
             {
                 "script": exp_name,
@@ -243,8 +246,10 @@ def summarise(runs: list[RunData], window: int) -> list[dict]:
                 "steps": int(max(run.steps[-1] for run in group)),
                 "final_mean": float(np.mean(finals)),
                 "final_std": float(np.std(finals)),
-                "best": float(np.nanmax(mean)),
-                "sps": float(np.nanmean([run.sps for run in group])),
+                # the best stretch of training: the highest point of the seed-mean moving average, or the final
+                # stretch if that is higher (the moving average lags, and a short run has few points)
+                "best": max(float(np.nanmax(mean)), float(np.mean(finals))),
+                "sps": float(np.mean(sps)) if sps else None,
             }
         )
     return rows
@@ -255,9 +260,10 @@ def summary_markdown(rows: list[dict], notes: list[str] = ()) -> str:
     lines = ["| script | env | seeds | steps | final return | best return | SPS |", "|-|-|-|-|-|-|-|"]
     for r in rows:
         seeds = f"{r['seeds']} ({r['unfinished']} unfinished)" if r.get("unfinished") else f"{r['seeds']}"
+        sps = "n/a" if r["sps"] is None else f"{r['sps']:,.0f}"
         lines.append(
             f"| {r['script']} | {r['env']} | {seeds} | {r['steps']:,} | {r['final_mean']:.2f} +- {r['final_std']:.2f} "
-            f"| {r['best']:.2f} | {r['sps']:,.0f} |"
+            f"| {r['best']:.2f} | {sps} |"
         )
     if notes:
         lines += ["", "Seeds are the runs' own `seed` hyperparameter, one run each:", ""] + [f"- {note}" for note in notes]

@@ -19,7 +19,7 @@ from helpers import REPO
 from torch.utils.tensorboard import SummaryWriter
 
 from cleanrl_utils.benchmark import Progress, plan_runs, run_all, threads_per_run
-from cleanrl_utils.plot import load_runs, mean_and_band, moving_average, select_runs, summarise
+from cleanrl_utils.plot import load_runs, mean_and_band, moving_average, select_runs, summarise, summary_markdown
 from cleanrl_utils.run import make_writer
 
 
@@ -646,3 +646,28 @@ def test_ctrl_c_before_the_sweep_starts_gives_one_line():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip() == "error: interrupted (Ctrl-C) before any run started; nothing ran"
+
+
+def test_short_runs_summarise_without_warnings_and_runs_without_episodes_are_named(tmp_path, capsys):
+    """Trial 3: a short off-policy run logs no SPS yet (numpy's 'Mean of empty slice' and a nan cell); on a rising
+    curve the lagging moving average put 'best' below 'final'; a run that finished no episode was left out unnamed."""
+    import warnings
+
+    log_dir = tmp_path / "runs"
+    writer = SummaryWriter(str(log_dir / "Hopper-v4__sac_continuous_action_envpool__1__1700000000"))
+    for i, value in enumerate([10.0, 20.0, 30.0, 200.0, 400.0]):  # a short run rising fast at its end, no charts/SPS
+        writer.add_scalar("charts/episodic_return", value, (i + 1) * 100)
+    writer.close()
+    writer = SummaryWriter(str(log_dir / "Pong-v5__ppo_atari_envpool__1__1700000000"))
+    writer.add_scalar("charts/SPS", 500.0, 256)  # logged, but no game finished
+    writer.close()
+    notes: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runs = load_runs(str(log_dir), "charts/episodic_return", notes)
+        (row,) = summarise(runs, window=20)
+    assert notes == [
+        "left out Pong-v5__ppo_atari_envpool__1__1700000000: it logged no 'charts/episodic_return' (no episode finished)"
+    ]
+    assert row["sps"] is None and "| n/a |" in summary_markdown([row])
+    assert row["final_mean"] == pytest.approx(400.0) and row["best"] >= row["final_mean"]
