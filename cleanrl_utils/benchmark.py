@@ -86,9 +86,11 @@ def check_interpreter(argv: list[str]) -> None:
     except OSError as error:
         sys.exit(f"error: --command's program {argv[0]!r} cannot be started ({error.strerror or error})")
     if not found:
+        ours = os.path.relpath(sys.executable)
+        ours = sys.executable if ours.startswith(os.pardir) else ours  # .venv/bin/python from the repository
         sys.exit(
             f"error: --command's interpreter {argv[0]!r} cannot import cleanrl_utils (it is not this project's "
-            f"environment); give this environment's interpreter instead, e.g. {os.path.relpath(sys.executable)}"
+            f"environment); give this environment's interpreter instead, e.g. {ours}"
         )
 
 
