@@ -23,9 +23,11 @@ An OMP_NUM_THREADS you set yourself is kept.
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -81,8 +83,11 @@ def check_interpreter(argv: list[str]) -> None:
     own log. Checked once, before any run, in one line."""
     if not os.path.basename(argv[0]).startswith("python"):
         return
+    program = shutil.which(argv[0]) or argv[0]
     try:
-        found = subprocess.run([argv[0], "-c", "import cleanrl_utils"], capture_output=True, timeout=60).returncode == 0
+        # from a neutral folder: a script's own folder (cleanrl/), not the current one, is on its import path
+        check = [os.path.abspath(program), "-c", "import cleanrl_utils"]
+        found = subprocess.run(check, capture_output=True, timeout=60, cwd=tempfile.gettempdir()).returncode == 0
     except OSError as error:
         sys.exit(f"error: --command's program {argv[0]!r} cannot be started ({error.strerror or error})")
     if not found:

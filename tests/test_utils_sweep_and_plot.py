@@ -240,6 +240,13 @@ def test_an_interpreter_that_cannot_import_the_project_gives_one_line_before_any
     assert not log_dir.exists()  # no run was started
     result = benchmark_cli("--command", f"{tmp_path / 'python-missing'} x.py", "--env-ids", "CartPole-v1", "--seeds", "1")
     assert result.returncode == 1 and "cannot be started" in result.stderr.strip()
+    # A Python that finds the project only from the repository folder (as `python -c` does, with the current folder
+    # on its path) would still fail the runs, whose scripts see cleanrl/ instead: the check runs from elsewhere.
+    from_the_repo_only = tmp_path / "python3.11"
+    from_the_repo_only.write_text(f'#!/bin/sh\n[ "$(pwd -P)" = "{os.path.realpath(REPO)}" ]\n')
+    from_the_repo_only.chmod(0o755)
+    result = benchmark_cli("--command", f"{from_the_repo_only} cleanrl/ppo.py", "--env-ids", "CartPole-v1", "--seeds", "1")
+    assert result.returncode == 1 and "cannot import cleanrl_utils" in result.stderr, result.stderr
 
 
 def test_an_unwritable_log_dir_gives_one_line(tmp_path):
