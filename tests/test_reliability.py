@@ -198,8 +198,11 @@ def test_a_checkpoint_written_before_the_helpers_still_resumes(tmp_path):
     assert f"resumed {run_dir.name} at iteration 8 (global step 2,048)" in result.stdout
     new = torch.load(checkpoint_path, weights_only=True)
     assert new["iteration"] == 12 and new["global_step"] == 3072
-    assert {k: v for k, v in new["args"].items() if k not in ("total_timesteps", "num_iterations", "resume")} == {
-        k: v for k, v in old["args"].items() if k not in ("total_timesteps", "num_iterations", "resume")
+    changed = ("total_timesteps", "num_iterations", "resume")
+    assert {k: v for k, v in new["args"].items() if k in old["args"] and k not in changed} == {
+        k: v for k, v in old["args"].items() if k not in changed
     }
+    # flags added since (--keep-checkpoints) take their defaults
+    assert {k: v for k, v in new["args"].items() if k not in old["args"]} == {"keep_checkpoints": False}
     steps = [step for step, _ in read_scalars(str(run_dir))["charts/learning_rate"]]
     assert steps == [256 * i for i in range(9, 13)]
