@@ -260,9 +260,10 @@ def evaluate(
     greedy: bool = False,
     cuda: bool = True,
     video_dir: str | None = None,
-    epsilon: float = 0.05,
+    epsilon: float | None = 0.05,
     script: str | None = None,
 ) -> list[float]:
+    epsilon = 0.05 if epsilon is None else epsilon  # EvalArgs' default: CleanRL's DQN evaluation setting
     if episodes <= 0:
         sys.exit(f"error: --episodes must be a positive integer, got {episodes}")
     if not 0 <= epsilon <= 1:
@@ -351,7 +352,6 @@ def main() -> None:
         sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
     if args.greedy and args.epsilon is not None:
         sys.exit(f"error: --greedy plays with epsilon 0, --epsilon {args.epsilon} asks for another: give one of the two")
-    args.epsilon = 0.05 if args.epsilon is None else args.epsilon
     import torch
 
     torch.set_num_threads(torch_threads(args.torch_threads))
