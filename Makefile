@@ -9,6 +9,9 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= jax,mujoco,plot,video,dev
 RUN_ARGS ?= --env-id Pong-v5
+# The suite runs on 2 pytest-xdist workers: most tests train in one thread, so one worker leaves a core idle. Tests
+# of one file share a worker (--dist loadfile): their module-scoped training runs are set up once.
+TEST_WORKERS ?= 2
 
 .PHONY: run test lint clean
 
@@ -24,7 +27,7 @@ run: $(VENV)/.installed
 	$(PY) cleanrl/ppo_atari_envpool.py $(RUN_ARGS)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check cleanrl cleanrl_utils tests
