@@ -10,7 +10,8 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= jax,mujoco,plot,video,dev
 RUN_ARGS ?= --env-id Pong-v5
 # The suite runs on 2 pytest-xdist workers: most tests train in one thread, so one worker leaves a core idle. Tests
-# of one file share a worker (--dist loadfile): their module-scoped training runs are set up once.
+# of one file share a worker (--dist loadfile): their module-scoped training runs are set up once. Tests marked
+# idle_cores measure the machine's load, so they run afterwards, alone.
 TEST_WORKERS ?= 2
 
 .PHONY: run test lint clean
@@ -27,7 +28,8 @@ run: $(VENV)/.installed
 	$(PY) cleanrl/ppo_atari_envpool.py $(RUN_ARGS)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m 'not idle_cores' tests $(PYTEST_ARGS)
+	$(PY) -m pytest -m idle_cores tests $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check cleanrl cleanrl_utils tests

@@ -154,6 +154,7 @@ def spin_on_every_core() -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in os.sched_getaffinity(0)]
 
 
+@pytest.mark.idle_cores
 @pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or not os.path.exists("/proc/stat"), reason="needs 2 cores and /proc/stat"
 )
