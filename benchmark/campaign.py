@@ -1,0 +1,205 @@
+"""The results campaign: named slices of script x env x seed runs whose results go into tracked files, resumable.
+
+    python benchmark/campaign.py --slice on-policy-mujoco            # run what is not finished yet
+    python benchmark/campaign.py --slice on-policy-mujoco --dry-run  # list the runs, finished or not
+    python benchmark/campaign.py --slice dqn-classic --commit        # commit each finished run's results
+
+A session may end at any time, so each run's results are written the moment it ends, under
+`benchmark/results/runs/<exp_name>/<env_id>__<seed>.json` (its summary, a downsampled training curve over steps
+and wall-clock, the periodic test curve), and `benchmark/results/summary.csv` is rewritten with one row per finished
+run. A run with a results file is finished and skipped; an interrupted run starts again from scratch (its folder
+under `runs/campaign/` is replaced), so a stopped session loses at most the run in progress. `--commit` commits the
+run's two files alone (other staged or unstaged work is left as it is).
+
+Runs go one at a time, seeds outermost: every cell gets its first seed before any gets its second.
+
+The periodic test is Tianshou's: every ~30,000 steps (an epoch of its MuJoCo benchmark) the run keeps a checkpoint;
+after training each is played for 10 episodes with sampled actions and frozen observation statistics, on one
+evaluation seed, and `best_test_return` is the best of those means (Tianshou's tables report the maximum over
+training of such a curve, averaged over seeds). `final_return` is the stricter figure: the mean of the training
+episodes that ended in the last 5% of the steps. `python -m cleanrl_utils.results` turns the files into the tables
+and figures.
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import tyro
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # run as `python benchmark/campaign.py` from anywhere
+from cleanrl_utils.results import cpu_description, run_record, write_summary_csv  # noqa: E402
+
+TIANSHOU_EPOCH = 30_000  # env steps between periodic tests in Tianshou's MuJoCo benchmark
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One script at one setting over some envs; `steps_per_iteration` sets the test period."""
+
+    script: str
+    exp_name: str
+    env_ids: tuple[str, ...]
+    total_timesteps: int
+    steps_per_iteration: int  # env steps between checkpoints the script can keep (num_envs x num_steps, or num_envs)
+    flags: tuple[str, ...] = ()
+    test_episodes: int = 10  # 0: no periodic test (the best_test_return column stays empty)
+
+
+LOCOMOTION = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")
+PPO = "ppo_continuous_action_envpool"
+PPO_1M = ("--update-epochs", "10", "--num-minibatches", "8", "--kl-adaptive-lr", "0.008")  # docs/ppo.md, at 1M steps
+SLICES = {
+    # issue 27, tier 1: on-policy MuJoCo at 1M steps, 5 seeds
+    "on-policy-mujoco": (
+        [Cell(PPO, f"{PPO}_1m", (*LOCOMOTION, "Ant-v4", "Humanoid-v4"), 1_000_000, 4096, PPO_1M)]
+        + [Cell(PPO, PPO, (*LOCOMOTION, "Ant-v4", "Humanoid-v4"), 1_000_000, 4096)]  # Table 5 as it is
+        + [
+            Cell(f"{name}_continuous_action_envpool", f"{name}_continuous_action_envpool", LOCOMOTION, 1_000_000, size)
+            for name, size in (("a2c", 80), ("npg", 1024), ("trpo", 1024), ("reinforce", 2050))
+        ]
+    ),
+    # tier 2: DQN on classic control at CleanRL's 500k (CleanRL reports training returns: no periodic test)
+    "dqn-classic": [Cell("dqn", "dqn", ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"), 500_000, 1, test_episodes=0)],
+    # tier 3: off-policy MuJoCo at 300k, 3 seeds (Tianshou's figures are at 1M: the tables say so)
+    "off-policy-mujoco": [
+        Cell(
+            f"{name}_continuous_action_envpool",
+            f"{name}_continuous_action_envpool",
+            ("Hopper-v4", "HalfCheetah-v4"),
+            300_000,
+            1,
+        )
+        for name in ("sac", "td3", "ddpg")
+    ],
+}
+SEEDS = {"on-policy-mujoco": 5, "dqn-classic": 5, "off-policy-mujoco": 3}
+
+
+@dataclass
+class CampaignArgs:
+    slice: str
+    """the slice to run: on-policy-mujoco, dqn-classic or off-policy-mujoco"""
+    seeds: int = 0
+    """seeds 1..N (0: the slice's own count, 5 or 3)"""
+    results_dir: str = os.path.join(REPO, "benchmark", "results")
+    """the tracked folder the results go to"""
+    runs_dir: str = os.path.join(REPO, "runs", "campaign")
+    """where the runs' own folders (events, kept checkpoints, logs) go"""
+    commit: bool = False
+    """git-commit each finished run's results file and summary.csv"""
+    dry_run: bool = False
+    """list the slice's runs and whether each is finished, run nothing"""
+    only_env: list[str] = field(default_factory=list)
+    """run only these env ids of the slice"""
+
+
+def result_path(results_dir: str, exp_name: str, env_id: str, seed: int) -> str:
+    return os.path.join(results_dir, "runs", exp_name, f"{env_id}__{seed}.json")
+
+
+def test_curve(run_dir: str, episodes: int) -> dict:
+    """Each kept checkpoint played for `episodes` episodes with sampled actions: {"step": [...], "return": [...]}."""
+    command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", run_dir, "--episodes", str(episodes)]
+    command += ["--no-cuda", "--torch-threads", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    if result.returncode != 0:
+        raise RuntimeError(f"evaluating {run_dir} failed: {result.stderr.strip()[-500:]}")
+    curve = {"step": [], "return": []}
+    for line in result.stdout.splitlines():  # "step      30,720: mean return over 10 episodes    1234.56 +- 7.89"
+        if line.startswith("step ") and "mean return" in line:
+            curve["step"].append(int(line.split()[1].rstrip(":").replace(",", "")))
+            curve["return"].append(float(line.split("episodes")[1].split()[0]))
+    return curve
+
+
+def run_one(cell: Cell, env_id: str, seed: int, args: CampaignArgs, cpu: str) -> dict:
+    """Train one run into a fresh folder, test its kept checkpoints, and return its results record."""
+    log_dir = os.path.join(args.runs_dir, cell.exp_name, f"{env_id}__{seed}")
+    subprocess.run(["rm", "-rf", log_dir], check=True)  # an interrupted earlier attempt starts again
+    os.makedirs(log_dir)
+    command = [sys.executable, os.path.join(REPO, "cleanrl", f"{cell.script}.py"), "--env-id", env_id]
+    command += ["--seed", str(seed), "--total-timesteps", str(cell.total_timesteps), "--exp-name", cell.exp_name]
+    command += ["--log-dir", log_dir, "--no-cuda", *cell.flags]
+    if cell.test_episodes:
+        every = max(1, round(TIANSHOU_EPOCH / cell.steps_per_iteration))
+        command += ["--checkpoint-every", str(every), "--keep-checkpoints"]
+    started, before = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(os.path.join(log_dir, "train.log"), "w") as log:
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode
+    wall_seconds, after = time.time() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU time beside wall-clock: a session's other work shares these 2 cores, which stretches the wall-clock only
+    cpu_seconds = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    if code != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {code}; its log: {log_dir}/train.log")
+    (run_dir,) = [os.path.join(log_dir, name) for name in os.listdir(log_dir) if "__" in name]
+    test = test_curve(run_dir, cell.test_episodes) if cell.test_episodes else {"step": [], "return": []}
+    record = run_record(run_dir, script=cell.script, wall_seconds=wall_seconds, cpu=cpu, test=test)
+    record["cpu_seconds"] = round(cpu_seconds, 1)
+    record["command"] = " ".join(os.path.relpath(part, REPO) if part.startswith(REPO) else part for part in command)
+    return record
+
+
+def commit(paths: list[str], message: str) -> None:
+    """Commit these paths only; a busy index (another git command at work) is retried, then given up with a line."""
+    for attempt in range(5):
+        added = subprocess.run(["git", "add", *paths], cwd=REPO, capture_output=True, text=True)
+        done = added.returncode == 0 and (
+            subprocess.run(["git", "commit", "-q", "-m", message, "--", *paths], cwd=REPO, capture_output=True).returncode == 0
+        )
+        if done:
+            return
+        time.sleep(5 * (attempt + 1))
+    print(f"warning: could not commit {paths} (git busy or failing); the files are written", flush=True)
+
+
+def main() -> None:
+    args = tyro.cli(CampaignArgs)
+    if args.slice not in SLICES:
+        sys.exit(f"error: --slice {args.slice!r} is not a slice; the slices are {', '.join(SLICES)}")
+    if args.seeds < 0:
+        sys.exit(f"error: --seeds must be >= 0 (0: the slice's own count), got {args.seeds}")
+    seeds = range(1, (args.seeds or SEEDS[args.slice]) + 1)
+    cpu = cpu_description()
+    plan = [(seed, cell, env_id) for seed in seeds for cell in SLICES[args.slice] for env_id in cell.env_ids]
+    plan = [item for item in plan if not args.only_env or item[2] in args.only_env]
+    todo = [item for item in plan if not os.path.exists(result_path(args.results_dir, item[1].exp_name, item[2], item[0]))]
+    print(f"slice {args.slice}: {len(plan)} runs, {len(plan) - len(todo)} finished, {len(todo)} to run; cpu: {cpu}")
+    if args.dry_run:
+        for seed, cell, env_id in plan:
+            done = os.path.exists(result_path(args.results_dir, cell.exp_name, env_id, seed))
+            print(f"  {'done' if done else 'todo'}  {cell.exp_name} {env_id} seed {seed}")
+        return
+    failures = 0
+    for number, (seed, cell, env_id) in enumerate(todo, 1):
+        print(f"[{number}/{len(todo)}] {cell.exp_name} {env_id} seed {seed} ...", flush=True)
+        try:
+            record = run_one(cell, env_id, seed, args, cpu)
+        except RuntimeError as error:
+            failures += 1
+            print(f"  failed: {error}", flush=True)
+            continue
+        path = result_path(args.results_dir, cell.exp_name, env_id, seed)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as file:
+            json.dump(record, file, indent=1)
+        os.replace(path + ".tmp", path)
+        summary = write_summary_csv(args.results_dir)
+        best = record["best_test_return"]
+        print(
+            f"  final {record['final_return']:.1f}, best test {'-' if best is None else f'{best:.1f}'}, "
+            f"{record['wall_seconds'] / 60:.1f} min",
+            flush=True,
+        )
+        if args.commit:
+            commit([path, summary], f"results: {cell.exp_name} {env_id} seed {seed}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
