@@ -19,6 +19,9 @@ import csv
 import glob
 import json
 import os
+import re
+import sys
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -119,3 +122,274 @@ def write_summary_csv(results_dir: str) -> str:
             writer.writerow(["" if record.get(column) is None else record[column] for column in SUMMARY_COLUMNS])
     os.replace(path + ".tmp", path)
     return path
+
+
+# ---- tables, aggregates and figures --------------------------------------------------------------------------------
+def algorithm_of(script: str) -> str:
+    """The algorithm a script's published figures are filed under: the first word of its name (ppo, a2c, sac...)."""
+    return script.split("_")[0]
+
+
+def load_published(path: str) -> dict[tuple[str, str, str], dict]:
+    """(algorithm, env_id, source) -> {"value", "steps", "metric"} from `published.csv`."""
+    with open(path, newline="") as file:
+        return {
+            (row["algorithm"], row["env_id"], row["source"]): {
+                "value": float(row["value"]),
+                "steps": int(row["steps"]),
+                "metric": row["metric"],
+            }
+            for row in csv.DictReader(file)
+        }
+
+
+def group_records(records: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(exp_name, env_id) -> its runs, by seed."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        groups.setdefault((record["exp_name"], record["env_id"]), []).append(record)
+    return {key: sorted(runs, key=lambda r: r["seed"]) for key, runs in sorted(groups.items())}
+
+
+def iqm(scores: np.ndarray) -> float:
+    """Interquartile mean: the mean of the middle 50% of the scores (rliable's aggregate_iqm, scipy's trim_mean 0.25)."""
+    scores = np.sort(np.asarray(scores, dtype=np.float64).ravel())
+    cut = int(np.floor(0.25 * len(scores)))
+    return float(scores[cut : len(scores) - cut].mean())
+
+
+def optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> float:
+    """How far the scores fall short of `gamma` on average (scores above it count as gamma): rliable's definition."""
+    return float(np.mean(gamma - np.minimum(np.asarray(scores, dtype=np.float64).ravel(), gamma)))
+
+
+def stratified_bootstrap(per_task: list[np.ndarray], statistic, reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """`statistic` of all runs pooled, with a 95% percentile CI from a stratified bootstrap: the runs of each task are
+    resampled with replacement, separately (rliable's StratifiedIndependentBootstrap, written out with numpy)."""
+    rng = np.random.default_rng(seed)
+    point = statistic(np.concatenate(per_task))
+    samples = np.array(
+        [statistic(np.concatenate([task[rng.integers(0, len(task), len(task))] for task in per_task])) for _ in range(reps)]
+    )
+    low, high = np.percentile(samples, [2.5, 97.5])
+    return float(point), float(low), float(high)
+
+
+def mean_std(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    return (
+        f"{np.mean(values):,.0f} ± {np.std(values):,.0f}"
+        if abs(np.mean(values)) >= 100
+        else f"{np.mean(values):.1f} ± {np.std(values):.1f}"
+    )
+
+
+def cell_table(groups: dict, exp_names: list[str], published: dict) -> str:
+    """One row per exp_name x env: seeds, budget, our two returns, the published figures, time, and the shortfall mark."""
+    lines = [
+        "| run | env | seeds | steps | final return | best test return | Tianshou | CleanRL | wall-clock min | CPU min |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (exp_name, env_id), runs in groups.items():
+        if exp_name not in exp_names:
+            continue
+        algorithm = algorithm_of(runs[0]["script"])
+        best = [r["best_test_return"] for r in runs if r["best_test_return"] is not None]
+        cells = []
+        for source in ("Tianshou", "CleanRL"):
+            entry = published.get((algorithm, env_id, source))
+            if entry is None:
+                cells.append("-")
+                continue
+            text = f"{entry['value']:,.0f}" if abs(entry["value"]) >= 100 else f"{entry['value']:.1f}"
+            if entry["steps"] != runs[0]["total_timesteps"]:
+                text += f" (at {entry['steps'] / 1e6:g}M)"
+            # issue 27's shortfall rule: our seeds' mean more than one of their std below the published figure
+            ours = best if source == "Tianshou" else [r["final_return"] for r in runs]
+            if ours and len(ours) > 1 and np.mean(ours) + np.std(ours) < entry["value"]:
+                text += " ▼"
+            cells.append(text)
+        wall = np.mean([r["wall_seconds"] for r in runs]) / 60
+        cpu_minutes = [r["cpu_seconds"] / 60 for r in runs if r.get("cpu_seconds") is not None]
+        lines.append(
+            f"| {exp_name} | {env_id} | {len(runs)} | {runs[0]['total_timesteps'] / 1e6:g}M | "
+            f"{mean_std([r['final_return'] for r in runs])} | {mean_std(best) if best else 'not run'} | {cells[0]} | "
+            f"{cells[1]} | {wall:.1f} | {f'{np.mean(cpu_minutes):.1f}' if cpu_minutes else '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def normalised_scores(groups: dict, exp_name: str, published: dict, field: str) -> list[np.ndarray]:
+    """Per task of `exp_name` with a Tianshou figure, each seed's `field` divided by that figure."""
+    per_task = []
+    for (name, env_id), runs in groups.items():
+        reference = published.get((algorithm_of(runs[0]["script"]), env_id, "Tianshou"))
+        values = [r[field] for r in runs if r[field] is not None]
+        if name == exp_name and reference and values:
+            per_task.append(np.array(values) / reference["value"])
+    return per_task
+
+
+def aggregate_table(groups: dict, exp_names: list[str], published: dict) -> str:
+    """IQM and optimality gap over tasks of scores normalised by Tianshou's figure, with stratified-bootstrap CIs."""
+    lines = [
+        "| run | tasks | runs | IQM, final / Tianshou [95% CI] | IQM, best test / Tianshou [95% CI] | optimality gap, best test [95% CI] |",
+        "|---|---|---|---|---|---|",
+    ]
+    for exp_name in exp_names:
+        final = normalised_scores(groups, exp_name, published, "final_return")
+        if not final:
+            continue
+        best = normalised_scores(groups, exp_name, published, "best_test_return")
+        cells = []
+        for per_task, statistic in ((final, iqm), (best, iqm), (best, optimality_gap)):
+            if not per_task:
+                cells.append("-")
+                continue
+            point, low, high = stratified_bootstrap(per_task, statistic)
+            cells.append(f"{point:.2f} [{low:.2f}, {high:.2f}]")
+        lines.append(f"| {exp_name} | {len(final)} | {sum(len(t) for t in final)} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def curve_band(curves: list[dict], x_key: str, points: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and std over seeds of the stored training curves, on a common grid up to where the shortest ends."""
+    end = min(curve[x_key][-1] for curve in curves)
+    grid = np.linspace(0, end, points)
+    ys = np.array([np.interp(grid, curve[x_key], curve["return"]) for curve in curves])
+    return grid, ys.mean(axis=0), ys.std(axis=0)
+
+
+def plot_group(groups: dict, exp_names: list[str], path: str) -> None:
+    """One row per env: mean training return ± std over seeds against steps (left) and wall-clock minutes (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({env_id for (name, env_id) in groups if name in exp_names})
+    figure, axes = plt.subplots(len(envs), 2, figsize=(11, 3.2 * len(envs)), squeeze=False)
+    for row, env_id in enumerate(envs):
+        for exp_name in exp_names:
+            runs = groups.get((exp_name, env_id))
+            if not runs:
+                continue
+            for column, (x_key, scale, label) in enumerate(
+                (("step", 1e6, "env steps (M)"), ("wall_seconds", 60, "wall-clock (min)"))
+            ):
+                grid, mean, std = curve_band([r["train_curve"] for r in runs], x_key)
+                axis = axes[row][column]
+                axis.plot(grid / scale, mean, label=f"{exp_name} ({len(runs)} seeds)")
+                axis.fill_between(grid / scale, mean - std, mean + std, alpha=0.2)
+                axis.set_xlabel(label)
+                axis.set_title(env_id)
+        axes[row][0].set_ylabel("training episodic return")
+        axes[row][0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+def plot_performance_profile(groups: dict, exp_names: list[str], published: dict, path: str) -> None:
+    """Fraction of runs whose best test return is above tau x Tianshou's figure, per run name, with a bootstrap band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    taus = np.linspace(0, 2, 81)
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for exp_name in exp_names:
+        per_task = normalised_scores(groups, exp_name, published, "best_test_return")
+        if not per_task:
+            continue
+        curves = [stratified_bootstrap(per_task, lambda s, t=tau: float(np.mean(s > t)), reps=500) for tau in taus]
+        point, low, high = (np.array(part) for part in zip(*curves))
+        axis.plot(taus, point, label=exp_name)
+        axis.fill_between(taus, low, high, alpha=0.2)
+    axis.set_xlabel("best test return / Tianshou's published figure (tau)")
+    axis.set_ylabel("fraction of runs above tau")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+# A docs page asks for its results with a marker pair; everything between them is rewritten:
+#   <!-- results NAME: EXP_NAME ... -->  per-env table, aggregate table, curves PNG (NAME.png)
+#   <!-- results-headline NAME: EXP_NAME ... -->  aggregate table and performance profile (NAME.png)
+#   <!-- /results -->
+MARKER = re.compile(
+    r"<!-- (?P<kind>results|results-headline) (?P<name>[\w-]+): (?P<exp_names>[^>]*?) -->\n.*?<!-- /results -->", re.S
+)
+
+
+@dataclass
+class ResultsArgs:
+    results_dir: str = "benchmark/results"
+    """the campaign's tracked results (runs/*/*.json, published.csv)"""
+    output_dir: str = "docs/results"
+    """where the PNGs and tables.md go"""
+    docs: list[str] = field(default_factory=lambda: ["README.md", *sorted(glob.glob("docs/*.md"))])
+    """the pages whose results markers are filled in"""
+
+
+def section(kind: str, name: str, exp_names: list[str], groups: dict, published: dict, png_dir: str, page_dir: str) -> str:
+    """The text between one marker pair, and its PNG written under `png_dir`."""
+    png = os.path.join(png_dir, f"{name}.png")
+    link = os.path.relpath(png, page_dir)
+    if not any(key[0] in exp_names for key in groups):
+        return "No finished runs yet (`python benchmark/campaign.py` writes them).\n"
+    aggregate = aggregate_table(groups, exp_names, published)
+    if kind == "results-headline":
+        plot_performance_profile(groups, exp_names, published, png)
+        return f"{aggregate}\n\n![performance profile]({link})\n"
+    plot_group(groups, exp_names, png)
+    text = cell_table(groups, exp_names, published) + "\n"
+    if aggregate.count("\n") > 1:
+        text += "\n" + aggregate + "\n"
+    return text + f"\n![learning curves over steps and wall-clock]({link})\n"
+
+
+def main() -> None:
+    import tyro
+
+    args = tyro.cli(ResultsArgs)
+    records = load_records(args.results_dir)
+    if not records:
+        sys.exit(f"error: --results-dir {args.results_dir!r} holds no run records (runs/<exp_name>/<env_id>__<seed>.json)")
+    published = load_published(os.path.join(args.results_dir, "published.csv"))
+    groups = group_records(records)
+    os.makedirs(args.output_dir, exist_ok=True)
+    write_summary_csv(args.results_dir)
+    machines = sorted({r["cpu"] for r in records})
+    everything = sorted({r["exp_name"] for r in records})
+    with open(os.path.join(args.output_dir, "tables.md"), "w") as file:
+        file.write("# Results, every finished run\n\n")
+        file.write(
+            f"Generated by `python -m cleanrl_utils.results` from {len(records)} runs. Machines: {'; '.join(machines)}.\n\n"
+        )
+        file.write(cell_table(groups, everything, published) + "\n\n" + aggregate_table(groups, everything, published) + "\n")
+    for page in args.docs:
+        with open(page) as file:
+            text = file.read()
+
+        def fill(match: re.Match) -> str:
+            exp_names = match["exp_names"].split()
+            body = section(
+                match["kind"], match["name"], exp_names, groups, published, args.output_dir, os.path.dirname(page) or "."
+            )
+            return f"<!-- {match['kind']} {match['name']}: {match['exp_names']} -->\n{body}<!-- /results -->"
+
+        filled = MARKER.sub(fill, text)
+        if filled != text:
+            with open(page, "w") as file:
+                file.write(filled)
+            print(f"filled {page}")
+    print(f"{len(records)} runs -> {args.output_dir}/tables.md, summary.csv and the pages' sections")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The results campaign (benchmark/campaign.py) and the tables and figures made from its files
+(cleanrl_utils.results): a real short run recorded, the skip of finished runs, and the regeneration command on a
+small fixture of result files, each figure checked against a brute-force computation."""
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import REPO, read_scalars
+
+from cleanrl_utils.results import iqm, optimality_gap, stratified_bootstrap, write_summary_csv
+
+spec = importlib.util.spec_from_file_location("campaign", os.path.join(REPO, "benchmark", "campaign.py"))
+campaign = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(campaign)
+
+
+def test_a_real_run_is_recorded_with_its_final_return_and_periodic_test(tmp_path, monkeypatch):
+    """PPO on Hopper for 5 iterations of 2 envs x 2048 steps, a checkpoint kept every 2: the record's final return is
+    the mean of the episodes that ended in the last 5% of the steps (read back from the events by brute force), its
+    test curve has one point per kept checkpoint, and summary.csv gets its row."""
+    cell = campaign.Cell(
+        "ppo_continuous_action_envpool", "ppo_tiny", ("Hopper-v4",), 20480, 4096, ("--num-envs", "2", "--num-steps", "2048")
+    )
+    args = campaign.CampaignArgs(slice="test", results_dir=str(tmp_path / "results"), runs_dir=str(tmp_path / "runs"))
+    monkeypatch.setattr(campaign, "TIANSHOU_EPOCH", 8192)  # a test every 2 iterations
+    record = campaign.run_one(cell, "Hopper-v4", 3, args, "test cpu")
+    run_dir = os.path.join(args.runs_dir, "ppo_tiny", "Hopper-v4__3")
+    (run_dir,) = [os.path.join(run_dir, name) for name in os.listdir(run_dir) if "__" in name]
+    episodes = read_scalars(run_dir)["charts/episodic_return"]
+    last = [value for step, value in episodes if step > 20480 - 1024]  # the last 5% of 20,480 steps
+    assert last and record["final_episodes"] == len(last)
+    np.testing.assert_allclose(record["final_return"], np.mean(last), rtol=1e-5)
+    assert (record["script"], record["env_id"], record["seed"], record["total_timesteps"]) == (
+        "ppo_continuous_action_envpool",
+        "Hopper-v4",
+        3,
+        20480,
+    )
+    assert record["test_curve"]["step"] == [8192, 16384, 20480]  # every 2 iterations, and the last
+    assert record["best_test_return"] == max(record["test_curve"]["return"])
+    assert record["train_curve"]["step"] == sorted(record["train_curve"]["step"]) and len(record["train_curve"]["step"]) <= 100
+    assert record["wall_seconds"] > 0 and record["cpu_seconds"] > 0
+    os.makedirs(tmp_path / "results" / "runs" / "ppo_tiny")
+    with open(tmp_path / "results" / "runs" / "ppo_tiny" / "Hopper-v4__3.json", "w") as file:
+        json.dump(record, file)
+    with open(write_summary_csv(args.results_dir)) as file:
+        (row,) = list(csv.DictReader(file))
+    assert (row["exp_name"], row["seed"], row["cpu"]) == ("ppo_tiny", "3", "test cpu")
+
+
+def test_the_campaign_skips_finished_runs(tmp_path):
+    """A run with a results file is finished: --dry-run lists it as done and the rest as to run."""
+    runs = tmp_path / "runs" / "a2c_continuous_action_envpool"
+    runs.mkdir(parents=True)
+    (runs / "Hopper-v4__2.json").write_text("{}")
+    command = [
+        sys.executable,
+        "benchmark/campaign.py",
+        "--slice",
+        "on-policy-mujoco",
+        "--results-dir",
+        str(tmp_path),
+        "--dry-run",
+    ]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=True).stdout
+    assert "110 runs, 1 finished, 109 to run" in out
+    assert "done  a2c_continuous_action_envpool Hopper-v4 seed 2" in out
+    assert "todo  a2c_continuous_action_envpool Hopper-v4 seed 1" in out
+    bad = subprocess.run([*command[:3], "tier-9"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("error: --slice 'tier-9' is not a slice")
+
+
+def test_iqm_optimality_gap_and_the_stratified_bootstrap():
+    assert iqm(np.arange(1, 9)) == pytest.approx(np.mean([3, 4, 5, 6]))  # the middle half of 1..8
+    assert optimality_gap(np.array([0.5, 1.5, 0.8])) == pytest.approx((0.5 + 0 + 0.2) / 3)
+    # every bootstrap sample keeps each task's run count: with one run per task the sample is the data itself
+    point, low, high = stratified_bootstrap([np.array([1.0]), np.array([3.0])], np.mean)
+    assert point == low == high == 2.0
+    rng = np.random.default_rng(0)
+    tasks = [rng.normal(1.0, 0.2, 5), rng.normal(0.5, 0.1, 5)]
+    point, low, high = stratified_bootstrap(tasks, iqm)
+    assert low < point < high and point == pytest.approx(iqm(np.concatenate(tasks)))
+
+
+def fixture_record(exp_name: str, script: str, env_id: str, seed: int, final: float, best: float) -> dict:
+    steps = list(range(10_000, 1_000_001, 10_000))
+    return {
+        "script": script, "exp_name": exp_name, "env_id": env_id, "seed": seed, "total_timesteps": 1_000_000,
+        "final_return": final, "final_episodes": 5, "best_test_return": best, "wall_seconds": 600.0 + seed,
+        "cpu_seconds": 1100.0, "cpu": "fixture cpu",
+        "train_curve": {"step": steps, "wall_seconds": [s / 1000 for s in steps], "return": [final * s / 1e6 for s in steps]},
+        "test_curve": {"step": [500_000, 1_000_000], "return": [best / 2, best]},
+    }  # fmt: skip
+
+
+def test_one_command_regenerates_tables_figures_and_the_pages_sections(tmp_path):
+    """A fixture of 3 seeds x 2 envs of two run names: the page's tables show mean ± std over seeds beside the
+    published figures, mark the cell below Tianshou's by more than one std, and link the PNGs, which exist."""
+    results = tmp_path / "results"
+    finals = {"Hopper-v4": [1000.0, 1200.0, 1400.0], "HalfCheetah-v4": [4000.0, 5000.0, 6000.0]}
+    for env_id, values in finals.items():
+        for seed, final in enumerate(values, 1):
+            for exp_name, scale in (("a2c_continuous_action_envpool", 1.0), ("a2c_other", 2.0)):
+                path = results / "runs" / exp_name / f"{env_id}__{seed}.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                record = fixture_record(
+                    exp_name, "a2c_continuous_action_envpool", env_id, seed, final * scale, final * scale + 100
+                )
+                path.write_text(json.dumps(record))
+    (results / "published.csv").write_text(
+        "algorithm,env_id,source,steps,value,metric\n"
+        "a2c,Hopper-v4,Tianshou,1000000,1400,best\n"
+        "a2c,HalfCheetah-v4,Tianshou,1000000,1830,best\n"
+    )
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# A2C\n<!-- results a2c-mujoco: a2c_continuous_action_envpool a2c_other -->\nold text\n<!-- /results -->\nend\n"
+        "<!-- results-headline headline: a2c_continuous_action_envpool -->\n<!-- /results -->\n"
+    )
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "cleanrl_utils.results", "--results-dir", str(results), "--output-dir", str(output)]
+    result = subprocess.run([*command, "--docs", str(page)], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    text = page.read_text()
+    assert "old text" not in text and text.endswith("<!-- /results -->\n") and "\nend\n" in text
+    # Hopper seeds 1000/1200/1400: final 1,200 ± 163, best test 1,300 ± 163. Tianshou's 1,400 is above the mean
+    # but within one std (1,300 + 163 > 1,400): no shortfall mark. a2c_other doubles them: no mark either.
+    hopper = [line for line in text.splitlines() if line.startswith("| a2c_continuous_action_envpool | Hopper-v4 |")]
+    assert hopper == [
+        "| a2c_continuous_action_envpool | Hopper-v4 | 3 | 1M | 1,200 ± 163 | 1,300 ± 163 | 1,400 | - | 10.0 | 18.3 |"
+    ]
+    assert "▼" not in text
+    # IQM of best test / Tianshou over the 6 runs of a2c_continuous_action_envpool, by brute force
+    scores = np.sort([(v + 100) / 1400 for v in finals["Hopper-v4"]] + [(v + 100) / 1830 for v in finals["HalfCheetah-v4"]])
+    assert "| a2c_continuous_action_envpool | 2 | 6 |" in text and f"{np.mean(scores[1:5]):.2f} [" in text
+    for name in ("a2c-mujoco.png", "headline.png", "tables.md"):
+        assert (output / name).stat().st_size > 0
+    assert f"]({os.path.relpath(output / 'a2c-mujoco.png', tmp_path)})" in text
+    with open(results / "summary.csv") as file:
+        assert len(list(csv.DictReader(file))) == 12
+    # a shortfall is marked: Tianshou's Hopper figure far above every seed
+    (results / "published.csv").write_text(
+        "algorithm,env_id,source,steps,value,metric\na2c,Hopper-v4,Tianshou,1000000,3000,best\n"
+    )
+    subprocess.run([*command, "--docs", str(page)], capture_output=True, text=True, cwd=REPO, check=True)
+    assert "| 3,000 ▼ |" in page.read_text()
+    empty = subprocess.run([*command[:3], "--results-dir", str(tmp_path / "none")], capture_output=True, text=True, cwd=REPO)
+    assert empty.returncode != 0 and "holds no run records" in empty.stderr
