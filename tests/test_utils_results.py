@@ -77,7 +77,7 @@ def test_the_campaign_skips_finished_runs(tmp_path):
 
 
 def test_iqm_optimality_gap_and_the_stratified_bootstrap():
-    assert iqm(np.arange(1, 9)) == pytest.approx(np.mean([3, 4, 5, 6]))  # the middle half of 1..8
+    assert iqm(np.array([100.0, 1, 2, 3, 4, 5, 6, 7])) == pytest.approx(np.mean([3, 4, 5, 6]))  # the middle half
     assert optimality_gap(np.array([0.5, 1.5, 0.8])) == pytest.approx((0.5 + 0 + 0.2) / 3)
     # every bootstrap sample keeps each task's run count: with one run per task the sample is the data itself
     point, low, high = stratified_bootstrap([np.array([1.0]), np.array([3.0])], np.mean)
