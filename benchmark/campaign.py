@@ -5,7 +5,7 @@
     python benchmark/campaign.py --slice dqn-classic --commit        # commit each finished run's results
 
 A session may end at any time, so each run's results are written the moment it ends, under
-`benchmark/results/runs/<exp_name>/<env_id>__<seed>.json` (its summary, a downsampled training curve over steps
+`benchmark/results/records/<exp_name>/<env_id>__<seed>.json` (its summary, a downsampled training curve over steps
 and wall-clock, the periodic test curve), and `benchmark/results/summary.csv` is rewritten with one row per finished
 run. A run with a results file is finished and skipped; an interrupted run starts again from scratch (its folder
 under `runs/campaign/` is replaced), so a stopped session loses at most the run in progress. `--commit` commits the
@@ -100,7 +100,7 @@ class CampaignArgs:
 
 
 def result_path(results_dir: str, exp_name: str, env_id: str, seed: int) -> str:
-    return os.path.join(results_dir, "runs", exp_name, f"{env_id}__{seed}.json")
+    return os.path.join(results_dir, "records", exp_name, f"{env_id}__{seed}.json")
 
 
 def test_curve(run_dir: str, episodes: int) -> dict:

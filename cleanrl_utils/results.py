@@ -4,7 +4,7 @@ from them.
     python -m cleanrl_utils.results                     # benchmark/results -> docs/results (tables and PNGs)
     python -m cleanrl_utils.results --results-dir DIR --output-dir OUT
 
-Each run's record (`benchmark/results/runs/<exp_name>/<env_id>__<seed>.json`) holds its summary (script, env,
+Each run's record (`benchmark/results/records/<exp_name>/<env_id>__<seed>.json`) holds its summary (script, env,
 seed, budget, final return, best test return, wall-clock, CPU, command) and two downsampled curves: training
 episodes over steps and wall-clock, and the periodic test. `summary.csv` has one row per record.
 
@@ -105,7 +105,7 @@ def run_record(run_dir: str, *, script: str, wall_seconds: float, cpu: str, test
 
 def load_records(results_dir: str) -> list[dict]:
     records = []
-    for path in sorted(glob.glob(os.path.join(results_dir, "runs", "*", "*.json"))):
+    for path in sorted(glob.glob(os.path.join(results_dir, "records", "*", "*.json"))):
         with open(path) as file:
             records.append(json.load(file))
     return records
@@ -329,7 +329,7 @@ MARKER = re.compile(
 @dataclass
 class ResultsArgs:
     results_dir: str = "benchmark/results"
-    """the campaign's tracked results (runs/*/*.json, published.csv)"""
+    """the campaign's tracked results (records/*/*.json, published.csv)"""
     output_dir: str = "docs/results"
     """where the PNGs and tables.md go"""
     docs: list[str] = field(default_factory=lambda: ["README.md", *sorted(glob.glob("docs/*.md"))])
@@ -359,7 +359,7 @@ def main() -> None:
     args = tyro.cli(ResultsArgs)
     records = load_records(args.results_dir)
     if not records:
-        sys.exit(f"error: --results-dir {args.results_dir!r} holds no run records (runs/<exp_name>/<env_id>__<seed>.json)")
+        sys.exit(f"error: --results-dir {args.results_dir!r} holds no run records (records/<exp_name>/<env_id>__<seed>.json)")
     published = load_published(os.path.join(args.results_dir, "published.csv"))
     groups = group_records(records)
     os.makedirs(args.output_dir, exist_ok=True)

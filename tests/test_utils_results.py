@@ -46,8 +46,8 @@ def test_a_real_run_is_recorded_with_its_final_return_and_periodic_test(tmp_path
     assert record["best_test_return"] == max(record["test_curve"]["return"])
     assert record["train_curve"]["step"] == sorted(record["train_curve"]["step"]) and len(record["train_curve"]["step"]) <= 100
     assert record["wall_seconds"] > 0 and record["cpu_seconds"] > 0
-    os.makedirs(tmp_path / "results" / "runs" / "ppo_tiny")
-    with open(tmp_path / "results" / "runs" / "ppo_tiny" / "Hopper-v4__3.json", "w") as file:
+    os.makedirs(tmp_path / "results" / "records" / "ppo_tiny")
+    with open(tmp_path / "results" / "records" / "ppo_tiny" / "Hopper-v4__3.json", "w") as file:
         json.dump(record, file)
     with open(write_summary_csv(args.results_dir)) as file:
         (row,) = list(csv.DictReader(file))
@@ -56,7 +56,7 @@ def test_a_real_run_is_recorded_with_its_final_return_and_periodic_test(tmp_path
 
 def test_the_campaign_skips_finished_runs(tmp_path):
     """A run with a results file is finished: --dry-run lists it as done and the rest as to run."""
-    runs = tmp_path / "runs" / "a2c_continuous_action_envpool"
+    runs = tmp_path / "records" / "a2c_continuous_action_envpool"
     runs.mkdir(parents=True)
     (runs / "Hopper-v4__2.json").write_text("{}")
     command = [
@@ -107,7 +107,7 @@ def test_one_command_regenerates_tables_figures_and_the_pages_sections(tmp_path)
     for env_id, values in finals.items():
         for seed, final in enumerate(values, 1):
             for exp_name, scale in (("a2c_continuous_action_envpool", 1.0), ("a2c_other", 2.0)):
-                path = results / "runs" / exp_name / f"{env_id}__{seed}.json"
+                path = results / "records" / exp_name / f"{env_id}__{seed}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 record = fixture_record(
                     exp_name, "a2c_continuous_action_envpool", env_id, seed, final * scale, final * scale + 100
