@@ -9,8 +9,9 @@ seed, budget, final return, best test return, wall-clock, CPU, command) and two 
 episodes over steps and wall-clock, and the periodic test. `summary.csv` has one row per record.
 
 The tables give, per script x env, mean +- std over seeds of the final return (the training episodes that ended
-in the last 5% of the steps) and of Tianshou's metric (per seed, the best mean test return; Tianshou itself takes
-the maximum of the seed-mean test curve, which is higher still), beside Tianshou's and CleanRL's published figures.
+in the last 5% of the steps) and of Tianshou's metric (the peak of the seed-mean test curve, with the std over seeds
+at that test step; summary.csv's best_test_return is each seed's own best, higher), beside Tianshou's and CleanRL's
+published figures. A published figure more than one std above our seeds' mean is marked ▼ (a shortfall to explain).
 Aggregates over tasks use rliable: IQM and optimality gap of scores normalised by Tianshou's figure, with stratified
 bootstrap 95% CIs, and a performance profile.
 """
@@ -186,6 +187,21 @@ def mean_std(values: list[float]) -> str:
     )
 
 
+def tianshou_best(runs: list[dict]) -> tuple[int, np.ndarray] | None:
+    """Tianshou's figure for one cell: the step where the seed-mean test curve peaks, and each seed's test return
+    there (their mean is that peak). Lower than the mean of each seed's own best, which picks a step per seed.
+    None without test curves."""
+    curves = [r["test_curve"] for r in runs if r.get("test_curve", {}).get("step")]
+    if not curves or len(curves) < len(runs):
+        return None
+    steps = sorted(set.intersection(*(set(curve["step"]) for curve in curves)))
+    if not steps:
+        return None
+    returns = np.array([[dict(zip(c["step"], c["return"]))[step] for step in steps] for c in curves])  # seeds x steps
+    peak = int(np.argmax(returns.mean(axis=0)))
+    return steps[peak], returns[:, peak]
+
+
 def cell_table(groups: dict, exp_names: list[str], published: dict) -> str:
     """One row per exp_name x env: seeds, budget, our two returns, the published figures, time, and the shortfall mark."""
     lines = [
@@ -196,7 +212,8 @@ def cell_table(groups: dict, exp_names: list[str], published: dict) -> str:
         if exp_name not in exp_names:
             continue
         algorithm = algorithm_of(runs[0]["script"])
-        best = [r["best_test_return"] for r in runs if r["best_test_return"] is not None]
+        peak = tianshou_best(runs)
+        best = [] if peak is None else list(peak[1])
         cells = []
         for source in ("Tianshou", "CleanRL"):
             entry = published.get((algorithm, env_id, source))
@@ -226,7 +243,11 @@ def normalised_scores(groups: dict, exp_name: str, published: dict, field: str) 
     per_task = []
     for (name, env_id), runs in groups.items():
         reference = published.get((algorithm_of(runs[0]["script"]), env_id, "Tianshou"))
-        values = [r[field] for r in runs if r[field] is not None]
+        if field == "best_test_return":  # each seed's test return at the cell's peak, as in the table
+            peak = tianshou_best(runs)
+            values = [] if peak is None else list(peak[1])
+        else:
+            values = [r[field] for r in runs if r[field] is not None]
         if name == exp_name and reference and values:
             per_task.append(np.array(values) / reference["value"])
     return per_task
