@@ -92,7 +92,7 @@ def check_rollout_shape(
 def check_replay_args(args, min_per_env: int = 1, resumed: bool = False) -> None:
     """The flags of every replay-buffer script: positive sizes, at least `min_per_env` transitions per env,
     a batch no larger than the buffer, one step of every env in --total-timesteps, --learning-starts before
-    the end (else the run never trains; a `resumed` run may end anywhere, it may have trained already), --tau in (0, 1]."""
+    the end (else the run never trains; a `resumed` run may end anywhere, it may have trained already), --tau in (0, 1] where the script has one."""
     check_positive(args, "num_envs", "buffer_size", "batch_size")
     if args.batch_size > args.buffer_size:
         sys.exit(f"error: --batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
@@ -108,7 +108,7 @@ def check_replay_args(args, min_per_env: int = 1, resumed: bool = False) -> None
             f"error: --learning-starts {args.learning_starts} must be in [0, --total-timesteps {args.total_timesteps}) "
             "(else the run never trains)"
         )
-    if not 0 < args.tau <= 1:
+    if hasattr(args, "tau") and not 0 < args.tau <= 1:  # (C51 copies its target network: no --tau)
         sys.exit(f"error: --tau must be in (0, 1] (1 = copy the weights), got {args.tau}")
 
 
