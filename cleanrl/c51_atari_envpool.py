@@ -1,0 +1,596 @@
+# C51 (categorical distributional DQN) for Atari through EnvPool, with dqn_atari_envpool.py's replay buffer, which is
+# right under next-step autoreset. Bellemare, Dabney and Munos, 2017, "A Distributional Perspective on Reinforcement
+# Learning". Hyperparameters: CleanRL's c51_atari defaults.
+# Autoreset semantics: "The Value of Autoresetting" (Gymnasium), next-step mode.
+# Words: with episodic_life an *episode* ends at every life loss (the TD targets see those); a *game* is
+# all lives, and charts/episodic_return reports whole games.
+from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stopped_line
+
+if __name__ == "__main__":
+    exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
+
+import os
+import random
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+
+from cleanrl_utils.checkpoint import (
+    MAY_CHANGE_ON_RESUME,
+    load_torch,
+    restore_torch,
+    resume_args,
+    resumed_env_seed,
+    save_torch,
+    torch_rng_states,
+)
+from cleanrl_utils.checks import (
+    check_envpool_id,
+    check_epsilon_schedule,
+    check_memory,
+    check_positive,
+    check_replay_args,
+    check_run_args,
+)
+from cleanrl_utils.envpool_time_limit import make_envpool
+from cleanrl_utils.evaluate import Player, play_in_bf16, written_by
+from cleanrl_utils.hardware import choose_speed_levers, this_machine
+from cleanrl_utils.run import (
+    ProgressLine,
+    checkpoint_due,
+    exit_if_diverged,
+    make_writer,
+    record_end_step,
+    run_folder,
+    torch_all_finite,
+)
+from cleanrl_utils.steps import say_steps_run
+from cleanrl_utils.video import VideoJobs
+
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (torch, numpy, python and the EnvPool simulators)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model weights and args to `runs/{run_name}/{exp_name}.cleanrl_model`"""
+    log_dir: str = "runs"
+    """the folder the run's tensorboard events (and saved model) go under"""
+    checkpoint_every: int = 0
+    """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (one iteration = one step
+    of every env; 0: only at Ctrl-C and at the end)"""
+    keep_checkpoints: bool = False
+    """keep every checkpoint as `checkpoint-{global_step}.pt` too, to evaluate the run's best point afterwards:
+    `python -m cleanrl_utils.evaluate --model-path runs/{run_name} --greedy` (with the replay buffer in each, a kept checkpoint is as large as the buffer: see --checkpoint-buffer)"""
+    checkpoint_buffer: bool = True
+    """put the replay buffer in the checkpoint (1M transitions: about 7 GB on disk); with --no-checkpoint-buffer a
+    resumed run refills an empty buffer for --learning-starts steps before it trains again"""
+    resume: str | None = None
+    """continue from a checkpoint: same run folder, args, step counter, epsilon schedule, Q-networks, Adam, RNG
+    states and replay buffer"""
+    capture_video: bool = False
+    """film an evaluation game to `runs/{run_name}/videos/` every --video-every iterations and at the end, in a
+    separate process (the training envs never render)"""
+    video_every: int = 250_000
+    """iterations between evaluation videos with --capture-video"""
+
+    # Algorithm specific arguments (CleanRL's c51_atari)
+    env_id: str = "Breakout-v5"
+    """the id of the environment (any EnvPool Atari id, e.g. Pong-v5, Breakout-v5, BeamRider-v5)"""
+    total_timesteps: int = 10_000_000
+    """total timesteps of the experiments (agent steps, counting every env; frames = 4x)"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer (Adam, eps 0.01 / batch size as in the paper)"""
+    num_envs: int = 1
+    """the number of parallel game environments (steps, train frequency and target updates count every env)"""
+    buffer_size: int = 1_000_000
+    """the replay memory buffer size (transitions, split evenly over the envs)"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    n_atoms: int = 51
+    """the number of atoms of the return distribution's support"""
+    v_min: float = -10.0
+    """the return of the support's lowest atom (rewards are clipped to [-1, 1])"""
+    v_max: float = 10.0
+    """the return of the support's highest atom"""
+    target_network_frequency: int = 10_000
+    """the timesteps it takes to update the target network"""
+    batch_size: int = 32
+    """the batch size of sample from the reply memory"""
+    start_e: float = 1.0
+    """the starting epsilon for exploration"""
+    end_e: float = 0.01
+    """the ending epsilon for exploration"""
+    exploration_fraction: float = 0.10
+    """the fraction of `total-timesteps` it takes from start-e to go end-e: of the run's first --total-timesteps, in env steps, kept when --resume extends or shortens the run (epsilon that reached --end-e stays there)"""
+    learning_starts: int = 80_000
+    """timestep to start learning"""
+    train_frequency: int = 4
+    """the frequency of training (one gradient step every N timesteps)"""
+    max_episode_steps: int = 27_000
+    """time limit per game in agent steps (27,000 = 108,000 frames); reaching it truncates"""
+
+    # Speed levers: each keeps the learning curve (see README); auto picks what is fastest on this machine
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """the network trunk's precision (the Q-value head stays fp32). auto: bf16 autocast where the machine computes bf16 natively (a CPU with AVX512-BF16 or AMX, as oneDNN sees it; CUDA compute capability >= 8.0), else fp32. The run saves the resolved value"""
+    channels_last: Literal["auto", "on", "off"] = "auto"
+    """channels-last memory format for the convolutions. auto: on in fp32 and on CUDA, off for bf16 on CPU"""
+    uint8_obs: bool = True
+    """hand sampled batches to the network as uint8, scaled to [0, 1] inside it (else as float32, CleanRL's way)"""
+    fused_adam: bool = True
+    """Adam as one fused kernel over all parameters (on CPU 0.7 ms instead of 5.4 ms a step for this network)"""
+    torch_threads: int = 0
+    """torch intra-op threads on CPU. 0 (auto): OMP_NUM_THREADS if set, else the cores no other process keeps busy, re-checked every 5 s. Set N for bit-identical reruns"""
+
+    # to be filled in runtime (not flags)
+    num_iterations: tyro.conf.Suppress[int] = 0
+    exploration_steps: tyro.conf.Suppress[float] = 0.0  # --exploration-fraction x the first --total-timesteps
+
+
+def validate_args(args: Args, checkpoint: dict | None = None) -> None:
+    """Exit with one clear line (no traceback) on impossible settings, before anything is written. `checkpoint`: the
+    run is resumed from it."""
+    check_run_args(args)
+    check_replay_args(args, min_per_env=16, resumed=checkpoint is not None)
+    check_epsilon_schedule(args)
+    if args.n_atoms < 2:
+        sys.exit(f"error: --n-atoms must be at least 2 (the support's two ends), got {args.n_atoms}")
+    if not args.v_min < args.v_max:
+        sys.exit(f"error: --v-min {args.v_min} must be below --v-max {args.v_max} (the support's two ends)")
+    check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
+    check_envpool_id(args.env_id, "envpool.atari")
+    # A resumed run's full ring is in memory already, in the loaded checkpoint, and the new buffer takes its arrays
+    # over (ReplayBuffer.load_state_dict): it needs only the rest. A partly filled ring is copied: it holds nothing.
+    saved = checkpoint["replay_buffer"] if checkpoint else {}
+    full = bool(saved) and len(saved["frames"]) == args.buffer_size // args.num_envs
+    held = sum(value.nbytes for value in saved.values() if isinstance(value, torch.Tensor)) if full else 0
+    check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size", held=held)
+
+
+def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000, render_mode: str | None = None):
+    """EnvPool Atari with the standard DeepMind preprocessing (84x84 grey, 4-frame stack,
+    frame-skip 4, up to 30 no-ops, fire on reset), life loss as termination and clipped rewards.
+    `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
+    `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
+    # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(
+        env_id,
+        max_episode_steps,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        seed=seed,
+        episodic_life=True,
+        reward_clip=True,
+        render_mode=render_mode,
+    )
+
+
+class ReplayBuffer:
+    """Transitions of next-step autoreset envs, each frame stored once.
+
+    Memory: EnvPool returns 4-frame stacks, and storing obs and next obs whole costs 2 x 28 KB per transition
+    (56 GB for 1M). Consecutive stacks of one env share three frames, so each env keeps a ring of single 84x84
+    frames, one per env step, and a stack is rebuilt from the ring at sample time (7 KB per transition, 7 GB for
+    1M). The stacking rule is EnvPool's: a game starts with its first frame repeated 4 times (`game_start`);
+    after a life loss the frames run on, as the emulator does. The tests check the rebuilt stacks against
+    EnvPool's own, bit for bit.
+
+    Autoreset: the step after a boundary is stale (its action was ignored, its reward is 0, it leads to the reset
+    observation), so its transition is never sampled (`valid` False); its frame is kept, as the real last
+    observation of the transition before it. A termination (life loss included) stores done = 1; a truncation
+    stores done = 0 and bootstraps from that real last observation.
+
+    Ring slot `t % capacity` of env e holds the frame of the env's t-th observation and the transition that
+    leaves from it. A transition t can be sampled while frames t-3 .. t+1 are all still in the ring."""
+
+    STACK = 4
+
+    def __init__(self, buffer_size: int, num_envs: int, frame_shape: tuple[int, int] = (84, 84)):
+        self.capacity, self.num_envs = buffer_size // num_envs, num_envs
+        shape = (self.capacity, num_envs)
+        self.frames = np.zeros(shape + frame_shape, dtype=np.uint8)
+        self.actions = np.zeros(shape, dtype=np.uint8)  # Atari has at most 18 actions
+        self.rewards = np.zeros(shape, dtype=np.float32)
+        self.dones = np.zeros(shape, dtype=bool)
+        self.valid = np.zeros(shape, dtype=bool)
+        self.game_start = np.zeros(shape, dtype=bool)
+        self.num_obs = 0  # observations written per env (all envs step together)
+        self.env_steps = 0  # transitions added, over all envs, stale ones included
+
+    @staticmethod
+    def bytes_needed(buffer_size: int, frame_bytes: int = 84 * 84) -> int:
+        return buffer_size * (frame_bytes + 1 + 4 + 3)
+
+    def start_games(self, obs: np.ndarray) -> None:
+        """Observations that start new games: after `envs.reset()`, also in a resumed run (whose last saved
+        observation keeps no transition)."""
+        self._write_obs(obs, np.ones(self.num_envs, dtype=bool))
+
+    def add(self, actions, rewards, terminations, stale, next_obs, next_starts_game) -> None:
+        """The step from the last written observation: its transition (`stale` ones are kept out of sampling),
+        then the observation the step returned (`next_starts_game`: a reset game, its frames repeat)."""
+        slot = (self.num_obs - 1) % self.capacity
+        self.actions[slot], self.rewards[slot], self.dones[slot] = actions, rewards, terminations
+        self.valid[slot] = ~stale
+        self.env_steps += self.num_envs
+        self._write_obs(next_obs, next_starts_game)
+
+    def _write_obs(self, obs: np.ndarray, starts_game: np.ndarray) -> None:
+        slot = self.num_obs % self.capacity
+        self.frames[slot] = obs[:, -1]  # the newest frame; the older three are in the ring already
+        self.game_start[slot] = starts_game
+        self.valid[slot] = False  # no transition leaves from it yet
+        self.num_obs += 1
+
+    def sample_indices(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(t, env) of `batch_size` transitions drawn uniformly from the valid ones (numpy's global RNG)."""
+        low = max(0, self.num_obs - self.capacity + self.STACK - 1)  # frames t-3.. not yet overwritten
+        high = self.num_obs - 1  # the newest observation has no transition yet
+        t = np.random.randint(low, high, batch_size)
+        env = np.random.randint(0, self.num_envs, batch_size)
+        redraw = ~self.valid[t % self.capacity, env]
+        while redraw.any():  # stale rows are about one per life: a redraw is rare and cheap
+            t[redraw] = np.random.randint(low, high, redraw.sum())
+            env[redraw] = np.random.randint(0, self.num_envs, redraw.sum())
+            redraw = ~self.valid[t % self.capacity, env]
+        return t, env
+
+    def stacks(self, t: np.ndarray, env: np.ndarray) -> np.ndarray:
+        """(B, 4, 84, 84): the observations t of envs `env`, rebuilt from the frame rings."""
+        index = t[:, None] + np.arange(1 - self.STACK, 1)  # oldest .. newest frame of each stack
+        for k in range(self.STACK - 2, -1, -1):  # before a game's first frame, that frame repeats
+            starts = self.game_start[index[:, k + 1] % self.capacity, env]
+            index[:, k] = np.where(starts, index[:, k + 1], index[:, k])
+        return self.frames[index % self.capacity, env[:, None]]
+
+    def sample(self, batch_size: int, device: torch.device, obs_dtype=torch.uint8) -> tuple[torch.Tensor, ...]:
+        """(obs, actions, rewards, next_obs, dones) of a uniform batch, on `device`, observations as `obs_dtype`."""
+        t, env = self.sample_indices(batch_size)
+        slot = t % self.capacity
+        obs, next_obs = (torch.from_numpy(self.stacks(i, env)).to(device, obs_dtype) for i in (t, t + 1))
+        actions, rewards, dones = (torch.from_numpy(x[slot, env]).to(device) for x in (self.actions, self.rewards, self.dones))
+        return obs, actions, rewards, next_obs, dones
+
+    ARRAYS = ("frames", "actions", "rewards", "dones", "valid", "game_start")
+
+    def state_dict(self) -> dict:
+        """The filled ring slots only: slot t holds observation t until the ring wraps, so a young buffer saves its
+        first `num_obs` rows (a 1M buffer saved early is MBs, not 7 GB)."""
+        rows = min(self.num_obs, self.capacity)
+        arrays = {name: torch.from_numpy(getattr(self, name)[:rows]) for name in self.ARRAYS}
+        return arrays | dict(num_obs=self.num_obs, env_steps=self.env_steps, capacity=self.capacity)
+
+    def load_state_dict(self, state: dict) -> None:
+        """A saved buffer back into this one. A full ring is taken over without a copy: a resumed run then holds one
+        buffer in memory, not two (the fresh zero arrays were never touched, so they never took memory); a partly
+        filled one is copied into the first rows. An empty dict (a checkpoint saved with --no-checkpoint-buffer)
+        leaves the buffer empty. ValueError if a saved buffer does not fit this one."""
+        if not state:
+            return
+        capacity = int(state.get("capacity", state["frames"].shape[0]))  # older checkpoints saved every slot
+        if capacity != self.capacity:
+            raise ValueError(f"saved ring of {capacity} slots per env, this run's {self.capacity}")
+        arrays = {}
+        for name in self.ARRAYS:
+            saved, array = state[name].numpy(), getattr(self, name)
+            if saved.shape[1:] != array.shape[1:] or saved.dtype != array.dtype or len(saved) > len(array):
+                raise ValueError(f"saved {name} {saved.dtype}{list(saved.shape)}, this run's {array.dtype}{list(array.shape)}")
+            arrays[name] = saved
+        for name, saved in arrays.items():
+            if len(saved) == self.capacity:
+                setattr(self, name, saved)
+            else:
+                getattr(self, name)[: len(saved)] = saved
+        self.num_obs, self.env_steps = int(state["num_obs"]), int(state["env_steps"])
+
+
+class QNetwork(nn.Module):
+    """Nature CNN trunk and a linear head of `n_atoms` logits per action: a softmax over each action's atoms gives its
+    return distribution on the fixed support `atoms`, and Q is that distribution's mean."""
+
+    def __init__(
+        self, num_actions: int, n_atoms: int, v_min: float, v_max: float, bf16: bool = False, channels_last: bool = False
+    ):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(64 * 7 * 7, 512),
+            nn.ReLU(),
+        )
+        self.num_actions, self.n_atoms = num_actions, n_atoms
+        self.register_buffer("atoms", torch.linspace(v_min, v_max, steps=n_atoms))
+        self.q_head = nn.Linear(512, num_actions * n_atoms)
+        self.bf16, self.channels_last = bf16, channels_last
+        if channels_last:
+            self.network.to(memory_format=torch.channels_last)
+
+    def pmfs(self, obs: torch.Tensor, bf16: bool | None = None) -> torch.Tensor:
+        """(B, actions, atoms) float32: each action's probabilities over the support. `bf16` overrides the network's
+        setting for one call: acting on a few observations is faster in fp32, because autocast casts every weight to
+        bf16 again on each call."""
+        bf16 = self.bf16 if bf16 is None else bf16
+        # Observations arrive as uint8 0..255 (float32 with --no-uint8-obs). Integers up to 256 are exact in bf16,
+        # so under --bf16 we cast once, straight to the compute dtype and layout.
+        dtype = torch.bfloat16 if bf16 else torch.float32
+        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        x = obs.to(dtype=dtype, memory_format=memory_format)
+        conv1 = self.network[0]
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+            # x / 255 folded into conv1's weight: conv(x, w / 255) = conv(x / 255, w), with the same parameters and
+            # gradients, but no pass over the batch.
+            hidden = self.network[1:](nn.functional.conv2d(x, conv1.weight * (1.0 / 255.0), conv1.bias, stride=4))
+        # The head and the softmax run in fp32: probabilities of 51 atoms, some near 1e-3, and their logarithms in
+        # the loss, are beyond bf16's 8-bit mantissa.
+        logits = self.q_head(hidden.float()).view(len(obs), self.num_actions, self.n_atoms)
+        return torch.softmax(logits, dim=2)
+
+    def forward(self, obs: torch.Tensor, bf16: bool | None = None) -> torch.Tensor:
+        """Q-values, (B, num_actions) float32: the mean of each action's distribution."""
+        return (self.pmfs(obs, bf16) * self.atoms).sum(dim=2)
+
+
+def evaluation_player(
+    saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
+) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): whole games,
+    every life, filmed by EnvPool's own renderer; epsilon-greedy on the Q-values, as CleanRL evaluates DQN (a
+    uniformly random action with probability `epsilon`, 0 with `greedy`; coin flips seeded with `seed`), on the mean
+    of each action's return distribution."""
+    train_args = saved["args"]
+    render_mode = "rgb_array" if render else None
+    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    num_actions = int(envs.single_action_space.n)
+    bf16, channels_last = play_in_bf16(train_args, device), train_args["channels_last"] == "on"
+    support = (train_args["n_atoms"], train_args["v_min"], train_args["v_max"])
+    q_network = QNetwork(num_actions, *support, bf16=bf16, channels_last=channels_last)
+    q_network.load_state_dict(saved["model_state_dict"])
+    q_network.to(device).eval()
+    rng, epsilon = np.random.default_rng(seed), 0.0 if greedy else epsilon
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            q_values = q_network(torch.as_tensor(obs, device=device))  # uint8 frames: the network casts them
+        explore = rng.random(len(obs)) < epsilon
+        return np.where(explore, rng.integers(0, num_actions, len(obs)), q_values.argmax(dim=1).cpu().numpy())
+
+    return Player(envs=envs, act=act, whole_games=True)
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
+    """From start_e at t = 0 down to end_e at t = duration, then end_e (validate_args: end_e <= start_e)."""
+    slope = (end_e - start_e) / duration
+    return max(slope * t + start_e, end_e)
+
+
+def project_distribution(
+    next_pmfs: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor, gamma: float, atoms: torch.Tensor
+) -> torch.Tensor:
+    """The C51 target (Bellemare et al., Algorithm 1): each atom z_j of the next state's distribution moves to
+    r + gamma * z_j (to r alone when done: a termination, life loss included), is clipped into [v_min, v_max], and its
+    probability is split between the two atoms around it in proportion to closeness (all of it to an atom it lands
+    on exactly). (batch, atoms)."""
+    v_min, v_max, n_atoms = atoms[0], atoms[-1], len(atoms)
+    delta_z = (v_max - v_min) / (n_atoms - 1)
+    moved = (rewards[:, None] + gamma * (1 - dones[:, None].float()) * atoms[None]).clamp(v_min, v_max)
+    position = (moved - v_min) / delta_z  # in atom units, in [0, n_atoms - 1]
+    lower = position.floor().clamp(0, n_atoms - 1)
+    upper = position.ceil().clamp(0, n_atoms - 1)
+    lower_share = torch.where(upper == lower, torch.ones_like(position), upper - position)
+    target = torch.zeros_like(next_pmfs)
+    target.scatter_add_(1, lower.long(), lower_share * next_pmfs)
+    target.scatter_add_(1, upper.long(), (1 - lower_share) * next_pmfs)
+    return target
+
+
+def td_loss(q_network: QNetwork, target_network: QNetwork, obs, actions, rewards, next_obs, dones, gamma: float):
+    """Cross-entropy between the projected target distribution (the target network's, at its greedy next action)
+    and Q's distribution of the action taken. A truncated transition has done = 0 and s' its real last observation:
+    it bootstraps. Returns (loss, Q(s, a))."""
+    with torch.no_grad():
+        next_all = target_network.pmfs(next_obs)
+        next_action = (next_all * target_network.atoms).sum(dim=2).argmax(dim=1)
+        next_pmfs = next_all[torch.arange(len(next_obs)), next_action]
+        target = project_distribution(next_pmfs, rewards, dones, gamma, target_network.atoms)
+    pmfs = q_network.pmfs(obs)[torch.arange(len(obs)), actions.long()]
+    loss = -(target * pmfs.clamp(min=1e-5, max=1 - 1e-5).log()).sum(dim=1).mean()
+    return loss, (pmfs.detach() * q_network.atoms).sum(dim=1)
+
+
+def updates_due(global_step: int, num_envs: int, every: int) -> int:
+    """How many multiples of `every` the global step passed in its last increment of `num_envs`: the gradient
+    steps (or target updates) due now, so that their rate per env step does not depend on --num-envs."""
+    return global_step // every - (global_step - num_envs) // every
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    keys = dict(target_state_dict=dict, replay_buffer=dict)  # besides weights, Adam, counters
+    checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
+    if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
+        args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
+    validate_args(args, checkpoint)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
+    args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
+    say_steps_run(args.total_timesteps, args.num_envs, "one step of each of --num-envs envs")
+    if not args.exploration_steps:  # a fresh run, or a checkpoint older than the field: its run's total at the time
+        first_total = checkpoint["args"]["total_timesteps"] if checkpoint else args.total_timesteps
+        args.exploration_steps = args.exploration_fraction * first_total
+    run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # env setup. EnvPool cannot snapshot its games: a resumed run plays new ones (new seeds); unfinished ones go unlogged.
+    env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
+    envs = make_env(args.env_id, args.num_envs, env_seed, args.max_episode_steps)
+    num_actions = envs.single_action_space.n
+
+    support = (args.n_atoms, args.v_min, args.v_max)
+    levers = dict(bf16=args.precision == "bf16", channels_last=args.channels_last == "on")
+    q_network = QNetwork(num_actions, *support, **levers).to(device)
+    optimizer = torch.optim.Adam(
+        q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=args.fused_adam
+    )
+    target_network = QNetwork(num_actions, *support, **levers).to(device)
+    target_network.load_state_dict(q_network.state_dict())
+    rb = ReplayBuffer(args.buffer_size, args.num_envs)
+    start_iteration, global_step = 1, 0
+    if checkpoint:  # weights, Adam, RNG states and replay buffer (one line if they do not fit); says where it resumes
+        extra = {"target_state_dict": target_network, "replay_buffer": rb}
+        start_iteration, global_step = restore_torch(args.resume, checkpoint, q_network, optimizer, args, extra=extra)
+        print(f"replay buffer: {rb.env_steps:,} env steps restored" if rb.env_steps else "replay buffer: refilled from empty")
+    writer = make_writer(args, run_name, run_dir, checkpoint["global_step"] if checkpoint else None)  # after every check
+
+    def model_file(path: str) -> str:
+        """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
+        torch.save(
+            {**WRITTEN_BY, "model_state_dict": q_network.state_dict(), "args": vars(args)},
+            path,
+        )
+        return path
+
+    def training_state(iteration: int) -> dict:
+        counters = WRITTEN_BY | dict(
+            run_name=run_name,
+            args=vars(args),
+            iteration=iteration,
+            global_step=global_step,
+        )
+        weights = dict(model_state_dict=q_network.state_dict(), target_state_dict=target_network.state_dict())
+        weights |= dict(optimizer_state_dict=optimizer.state_dict())
+        replay = dict(replay_buffer=rb.state_dict() if args.checkpoint_buffer else {})
+        return counters | weights | {"rng": torch_rng_states()} | replay
+
+    # Episode statistics per *game* (not per life), from the unclipped reward.
+    episode_returns = np.zeros(args.num_envs, dtype=np.float64)
+    recent_returns: list[float] = []
+
+    progress = ProgressLine(global_step, args.num_iterations * args.num_envs, "games")  # and SPS from here
+    videos = VideoJobs(run_dir, model_file)
+    stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
+    obs, _ = envs.reset()
+    rb.start_games(obs)
+    # The step before the first one is not a boundary: the first transition of every env is valid.
+    prev_episode_over = np.zeros(args.num_envs, dtype=bool)
+    obs_dtype = torch.uint8 if args.uint8_obs else torch.float32
+    # Acting on fewer than 16 observations is faster in fp32 (1 observation: 0.53 ms against 0.93 ms under bf16
+    # autocast, which casts every weight again on each call; Xeon with AMX-bf16, 2 threads). Training batches use bf16.
+    acting_bf16 = args.precision == "bf16" and args.num_envs >= 16
+    loss = q_values = None
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        # ALGO LOGIC: epsilon-greedy, a coin flip per env from numpy's global RNG (saved in checkpoints). Both draws
+        # are made every step, so the RNG stream does not depend on the flips; the network runs only if needed.
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_steps, global_step)
+        explore = np.random.random(args.num_envs) < epsilon
+        actions = np.random.randint(num_actions, size=args.num_envs)
+        if not explore.all():
+            with torch.no_grad():
+                q_now = q_network(torch.from_numpy(obs).to(device, obs_dtype), bf16=acting_bf16)
+                greedy = q_now.argmax(dim=1).cpu().numpy()
+            actions = np.where(explore, actions, greedy)
+        global_step += args.num_envs
+
+        # TRY NOT TO MODIFY: execute the game and log data. On a stale step (the one after a boundary) EnvPool
+        # ignores the action and returns the reset observation with reward 0: the buffer keeps it out of sampling.
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        # A reset game (game over or time limit) restarts EnvPool's step counter; a life loss does not.
+        rb.add(actions, rewards, terminations, prev_episode_over, next_obs, infos["elapsed_step"] == 0)
+        prev_episode_over = terminations | truncations
+        obs = next_obs
+
+        # A game ends at game over (info["terminated"]; `terminations` is also set on every life loss) or at
+        # the time limit. Its length is EnvPool's elapsed_step, which does not count stale steps.
+        episode_returns += infos["reward"]
+        game_over = infos["terminated"].astype(bool) | truncations
+        for i in np.flatnonzero(game_over):
+            writer.add_scalar("charts/episodic_return", episode_returns[i], global_step)
+            writer.add_scalar("charts/episodic_length", infos["elapsed_step"][i], global_step)
+            recent_returns.append(float(episode_returns[i]))
+        episode_returns[game_over] = 0.0
+
+        # ALGO LOGIC: training. `rb.env_steps` equals global_step, except in a run resumed without its buffer,
+        # which refills --learning-starts steps first.
+        if rb.env_steps > args.learning_starts:
+            for _ in range(updates_due(global_step, args.num_envs, args.train_frequency)):
+                loss, q_values = td_loss(q_network, target_network, *rb.sample(args.batch_size, device, obs_dtype), args.gamma)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+            # copy the network into the target network each time global_step passes a multiple of
+            # --target-network-frequency
+            if updates_due(global_step, args.num_envs, args.target_network_frequency):
+                target_network.load_state_dict(q_network.state_dict())
+
+        # Read the stop flag once: a signal landing between two reads must not skip the save.
+        stopping = stop.requested
+        last = iteration == args.num_iterations or stopping
+        saving = checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping)
+        sps = progress.sps(global_step)
+        logging = updates_due(global_step, args.num_envs, 1000)  # every 1,000 steps: no per-step host sync
+        if logging and loss is not None:
+            writer.add_scalar("losses/td_loss", loss.item(), global_step)
+            writer.add_scalar("losses/q_values", q_values.mean().item(), global_step)
+        if logging:
+            writer.add_scalar("charts/epsilon", epsilon, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            writer.add_scalar("charts/torch_threads", threads.count, global_step)
+            threads.update()  # fewer threads while another process computes on these cores
+        if logging or saving:  # a diverged run must never be saved
+            exit_if_diverged(
+                torch_all_finite(q_network, loss),
+                iteration=iteration,
+                global_step=global_step,
+                checkpoint_path=checkpoint_path,
+                resumed_from=args.resume,
+                writer=writer,
+                progress=progress,
+            )
+        if saving:  # with the buffer this is GBs: a slow save says what it cost
+            save_torch(checkpoint_path, training_state(iteration), progress, keep=args.keep_checkpoints)
+        if args.capture_video and (iteration % args.video_every == 0 or last):
+            videos.film(iteration, final=last)  # at most one evaluator at a time
+        progress.show(global_step, sps, recent_returns, final=last)
+        if stopping:
+            print(stopped_line(iteration, checkpoint_path))
+            break
+
+    if args.save_model:
+        print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
+    videos.finish()
+    envs.close()
+    record_end_step(writer, global_step)
+    writer.close()
