@@ -66,6 +66,11 @@ SLICES = {
     ),
     # tier 2: DQN on classic control at CleanRL's 500k (CleanRL reports training returns: no periodic test)
     "dqn-classic": [Cell("dqn", "dqn", ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"), 500_000, 1, test_episodes=0)],
+    # the value-based scripts beside DQN (issue 28), CleanRL's 500k budget, 3 seeds; training returns, as CleanRL's
+    "value-classic": [
+        Cell(name, name, ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"), 500_000, 1, test_episodes=0)
+        for name in ("pqn", "c51")
+    ],
     # tier 3: off-policy MuJoCo at 300k, 3 seeds (Tianshou's figures are at 1M: the tables say so)
     "off-policy-mujoco": [
         Cell(
@@ -78,13 +83,13 @@ SLICES = {
         for name in ("sac", "td3", "ddpg")
     ],
 }
-SEEDS = {"on-policy-mujoco": 5, "dqn-classic": 5, "off-policy-mujoco": 3}
+SEEDS = {"on-policy-mujoco": 5, "dqn-classic": 5, "value-classic": 3, "off-policy-mujoco": 3}
 
 
 @dataclass
 class CampaignArgs:
     slice: str
-    """the slice to run: on-policy-mujoco, dqn-classic or off-policy-mujoco"""
+    """the slice to run: on-policy-mujoco, dqn-classic, value-classic or off-policy-mujoco"""
     seeds: int = 0
     """seeds 1..N (0: the slice's own count, 5 or 3)"""
     results_dir: str = os.path.join(REPO, "benchmark", "results")

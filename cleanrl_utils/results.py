@@ -208,7 +208,9 @@ def cell_table(groups: dict, exp_names: list[str], published: dict) -> str:
         "| run | env | seeds | steps | final return | best test return | Tianshou | CleanRL | wall-clock min | CPU min |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (exp_name, env_id), runs in groups.items():
+    for (exp_name, env_id), runs in sorted(
+        groups.items(), key=lambda item: (exp_names.index(item[0][0]) if item[0][0] in exp_names else -1, item[0][1])
+    ):
         if exp_name not in exp_names:
             continue
         algorithm = algorithm_of(runs[0]["script"])
@@ -221,7 +223,7 @@ def cell_table(groups: dict, exp_names: list[str], published: dict) -> str:
                 cells.append("-")
                 continue
             text = f"{entry['value']:,.0f}" if abs(entry["value"]) >= 100 else f"{entry['value']:.1f}"
-            if entry["steps"] != runs[0]["total_timesteps"]:
+            if abs(entry["steps"] - runs[0]["total_timesteps"]) > 0.05 * entry["steps"]:  # another budget
                 text += f" (at {entry['steps'] / 1e6:g}M)"
             # issue 27's shortfall rule: our seeds' mean more than one of their std below the published figure
             ours = best if source == "Tianshou" else [r["final_return"] for r in runs]
@@ -231,7 +233,7 @@ def cell_table(groups: dict, exp_names: list[str], published: dict) -> str:
         wall = np.mean([r["wall_seconds"] for r in runs]) / 60
         cpu_minutes = [r["cpu_seconds"] / 60 for r in runs if r.get("cpu_seconds") is not None]
         lines.append(
-            f"| {exp_name} | {env_id} | {len(runs)} | {runs[0]['total_timesteps'] / 1e6:g}M | "
+            f"| {exp_name} | {env_id} | {len(runs)} | {round(runs[0]['total_timesteps'] / 1e6, 2):g}M | "
             f"{mean_std([r['final_return'] for r in runs])} | {mean_std(best) if best else 'not run'} | {cells[0]} | "
             f"{cells[1]} | {wall:.1f} | {f'{np.mean(cpu_minutes):.1f}' if cpu_minutes else '-'} |"
         )
