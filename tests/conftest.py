@@ -7,7 +7,7 @@ from helpers import only_run_dir, run_script, run_script_cases
 
 
 @pytest.fixture(scope="module")
-def pendulum_run(request, tmp_path_factory) -> str:
+def learning_run(request, tmp_path_factory) -> str:
     """The test module's learning run: its SCRIPT with its LEARNING_RUN flags and --save-model, in a folder of its
     own; the run folder. Each file that uses it sets both constants, with the calibration beside them."""
     module = request.module
@@ -35,3 +35,9 @@ def pytest_generate_tests(metafunc):
     if "bad_input" in metafunc.fixturenames:
         cases = metafunc.module.BAD_INPUT
         metafunc.parametrize("bad_input", cases, ids=[" ".join(flags) for flags, _ in cases])
+
+
+@pytest.fixture(scope="module")
+def pendulum_run(learning_run) -> str:
+    """The learning run of the Pendulum-learning files (SAC, TD3, DDPG): `learning_run` by its old name."""
+    return learning_run

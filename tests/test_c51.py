@@ -74,29 +74,32 @@ def test_the_replay_stores_real_next_observations_and_terminations_only():
 # gradient step every 2 env steps (not 10), lr 1e-3, target copied every 100 steps, epsilon down to 0.05 over 20%.
 # Seeds 1-3: last-20 training returns 428.1, 465.0, 315.0, evaluated (10 episodes, epsilon 0.05, seed 1) 500.0, 415.8,
 # 500.0; about 30 s each on the 2-core EPYC with other work running. A fresh network scores about 20.
-LEARN = ["--env-id", "CartPole-v1", "--total-timesteps", "25000", "--learning-starts", "1000", "--train-frequency", "2"]
-LEARN += ["--learning-rate", "1e-3", "--target-network-frequency", "100", "--exploration-fraction", "0.2"]
+LEARNING_RUN = [
+    "--seed",
+    "1",
+    "--env-id",
+    "CartPole-v1",
+    "--total-timesteps",
+    "25000",
+    "--learning-starts",
+    "1000",
+    "--train-frequency",
+    "2",
+]
+LEARNING_RUN += ["--learning-rate", "1e-3", "--target-network-frequency", "100", "--exploration-fraction", "0.2"]
 LEARN_BAR, EVAL_BAR = 150, 150
 
 
-@pytest.fixture(scope="module")
-def cartpole_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("cartpole")
-    result = run_script(SCRIPT, *LEARN, "--seed", "1", "--log-dir", str(log_dir), "--save-model", timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return only_run_dir(log_dir)
-
-
-def test_cartpole_learns(cartpole_run):
-    scalars = read_scalars(cartpole_run)
+def test_cartpole_learns(learning_run):
+    scalars = read_scalars(learning_run)
     assert TAGS <= set(scalars), TAGS - set(scalars)
     returns = [value for _, value in scalars["charts/episodic_return"]]
     assert np.mean(returns[:20]) < 50  # it starts from scratch, acting at random
     assert np.mean(returns[-20:]) >= LEARN_BAR, returns[-20:]
 
 
-def test_saved_model_evaluates_epsilon_greedy(cartpole_run):
-    returns = evaluate_cli_returns(os.path.join(cartpole_run, f"{SCRIPT}.cleanrl_model"), "--episodes", "10", "--seed", "1")
+def test_saved_model_evaluates_epsilon_greedy(learning_run):
+    returns = evaluate_cli_returns(os.path.join(learning_run, f"{SCRIPT}.cleanrl_model"), "--episodes", "10", "--seed", "1")
     assert len(returns) == 10 and np.mean(returns) >= EVAL_BAR, returns
 
 

@@ -86,19 +86,11 @@ def test_q_network_is_cleanrls_120_84_relu_mlp_with_layernorm():
 # run). Seeds 1-3 ended with last-20 training means 136.3, 243.3, 119.6 and greedy 10-episode evaluations 139.2,
 # 317.0, 120.7 (random play: about 22); at 500k seed 1 reached 499.9 at 435k steps.
 LEARN_BAR, EVAL_BAR = 90, 90
-LEARN = ["--env-id", "CartPole-v1", "--total-timesteps", "200000"]
+LEARNING_RUN = ["--seed", "1", "--env-id", "CartPole-v1", "--total-timesteps", "200000"]
 
 
-@pytest.fixture(scope="module")
-def cartpole_run(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp("cartpole")
-    result = run_script(SCRIPT, *LEARN, "--seed", "1", "--log-dir", str(log_dir), "--save-model", timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return only_run_dir(log_dir)
-
-
-def test_cartpole_learns(cartpole_run):
-    scalars = read_scalars(cartpole_run)
+def test_cartpole_learns(learning_run):
+    scalars = read_scalars(learning_run)
     assert TAGS <= set(scalars), TAGS - set(scalars)
     returns = [value for _, value in scalars["charts/episodic_return"]]
     assert np.mean(returns[:20]) < 60  # it starts from scratch (epsilon 1: about 22)
@@ -107,8 +99,8 @@ def test_cartpole_learns(cartpole_run):
     assert epsilons[0] > 0.95 and epsilons[-1] == pytest.approx(0.05)
 
 
-def test_saved_model_evaluates_greedy(cartpole_run):
-    model_path = os.path.join(cartpole_run, f"{SCRIPT}.cleanrl_model")
+def test_saved_model_evaluates_greedy(learning_run):
+    model_path = os.path.join(learning_run, f"{SCRIPT}.cleanrl_model")
     returns = evaluate_cli_returns(model_path, "--episodes", "5", "--greedy")
     assert len(returns) == 5 and np.mean(returns) >= EVAL_BAR, returns  # the trained network, not a fresh one (~10)
 
