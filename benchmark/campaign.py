@@ -71,6 +71,11 @@ SLICES = {
         Cell(name, name, ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"), 500_000, 1, test_episodes=0)
         for name in ("pqn", "c51")
     ],
+    # RPO beside PPO (issue 29): Hopper and HalfCheetah at 1M, 3 seeds, both at Table 5's settings
+    "rpo-mujoco": [
+        Cell(name, name, ("Hopper-v4", "HalfCheetah-v4"), 1_000_000, 4096)
+        for name in ("rpo_continuous_action_envpool", "ppo_continuous_action_envpool")
+    ],
     # tier 3: off-policy MuJoCo at 300k, 3 seeds (Tianshou's figures are at 1M: the tables say so)
     "off-policy-mujoco": [
         Cell(
@@ -83,13 +88,13 @@ SLICES = {
         for name in ("sac", "td3", "ddpg")
     ],
 }
-SEEDS = {"on-policy-mujoco": 5, "dqn-classic": 5, "value-classic": 3, "off-policy-mujoco": 3}
+SEEDS = {"on-policy-mujoco": 5, "dqn-classic": 5, "value-classic": 3, "rpo-mujoco": 3, "off-policy-mujoco": 3}
 
 
 @dataclass
 class CampaignArgs:
     slice: str
-    """the slice to run: on-policy-mujoco, dqn-classic, value-classic or off-policy-mujoco"""
+    """the slice to run: on-policy-mujoco, dqn-classic, value-classic, rpo-mujoco or off-policy-mujoco"""
     seeds: int = 0
     """seeds 1..N (0: the slice's own count, 5 or 3)"""
     results_dir: str = os.path.join(REPO, "benchmark", "results")
