@@ -1,0 +1,121 @@
+"""cleanrl/sac_atari_envpool.py: the soft target against a brute-force sum over actions, the policy and alpha losses
+by hand, the replay being dqn_atari_envpool.py's (whose rules tests/test_dqn_atari_envpool.py proves), a short real
+run with its tags, evaluation, a resume restoring every network and the buffer, bad input."""
+
+import inspect
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
+from helpers import evaluate_cli_returns, only_run_dir, read_scalars, run_script
+
+import cleanrl.dqn_atari_envpool as dqn_atari
+import cleanrl.sac_atari_envpool as sac_atari
+from cleanrl.sac_atari_envpool import AtariNetwork, EntropyCoefficient, policy, policy_and_alpha_losses, soft_q_target
+
+SCRIPT = "sac_atari_envpool"
+TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/qf_loss", "losses/qf1_values"}
+TAGS |= {"losses/actor_loss", "losses/alpha", "losses/alpha_loss", "losses/entropy"}
+
+
+def networks(num_actions=6):
+    torch.manual_seed(0)
+    return [AtariNetwork(num_actions) for _ in range(3)]
+
+
+def test_soft_target_sums_over_every_action_by_brute_force():
+    """V(s') = sum_a pi(a|s') (min(Q1', Q2')(s', a) - alpha log pi(a|s')), computed one action at a time in float64;
+    a termination keeps r alone, a truncation (done = 0) bootstraps."""
+    actor, q1, q2 = networks()
+    next_obs = torch.randint(0, 255, (5, 4, 84, 84), dtype=torch.uint8)
+    rewards, dones = torch.tensor([1.0, 0.0, -1.0, 0.5, 0.0]), torch.tensor([False, True, False, False, True])
+    alpha, gamma = torch.tensor(0.3), 0.99
+    with torch.no_grad():
+        target = soft_q_target(actor, q1, q2, alpha, next_obs, rewards, dones, gamma).numpy()
+        logits, q1_all, q2_all = (network(next_obs).double().numpy() for network in (actor, q1, q2))
+    for i in range(5):
+        probs = np.exp(logits[i] - logits[i].max())
+        probs /= probs.sum()
+        value = sum(probs[a] * (min(q1_all[i, a], q2_all[i, a]) - 0.3 * math.log(probs[a])) for a in range(6))
+        expected = rewards[i].item() + (0.0 if dones[i] else gamma * value)
+        assert target[i] == pytest.approx(expected, rel=1e-5, abs=1e-5), i
+
+
+def test_policy_and_alpha_losses_by_hand_and_their_gradients():
+    """The policy loss moves the policy only (the Q-values are held fixed); the alpha loss moves alpha only, upwards
+    while the policy's entropy is below the target."""
+    actor, q1, q2 = networks()
+    entropy = EntropyCoefficient(0.2, autotune=True)
+    obs = torch.randint(0, 255, (4, 4, 84, 84), dtype=torch.uint8)
+    target_entropy = 0.89 * math.log(6)
+    losses = policy_and_alpha_losses(actor, q1, q2, entropy, obs, target_entropy)
+    with torch.no_grad():
+        probs, log_probs = policy(actor, obs)
+        min_q = torch.min(q1(obs), q2(obs))
+    alpha = 1.0  # autotune starts from log alpha = 0
+    expected_policy = (probs * (alpha * log_probs - min_q)).sum(1).mean()
+    expected_alpha = (probs * (-alpha * (log_probs + target_entropy))).sum(1).mean()
+    assert losses["policy_loss"].item() == pytest.approx(expected_policy.item(), rel=1e-5)
+    assert losses["alpha_loss"].item() == pytest.approx(expected_alpha.item(), rel=1e-5)
+    assert losses["entropy"].item() == pytest.approx(-(probs * log_probs).sum(1).mean().item(), rel=1e-5)
+    losses["policy_loss"].backward(retain_graph=True)
+    assert all(p.grad is None for p in [*q1.parameters(), *q2.parameters()]) and entropy.log_alpha.grad is None
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.parameters())
+    actor.zero_grad()
+    losses["alpha_loss"].backward()
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in actor.parameters())
+    # d(alpha loss)/d(log alpha) = -alpha (E[log pi] + target) = alpha (H - target): negative (alpha grows) when H < target
+    gap = losses["entropy"].item() - target_entropy
+    assert entropy.log_alpha.grad.item() == pytest.approx(alpha * gap, rel=1e-4)
+
+
+def test_the_replay_is_dqn_atari_envpools_whose_rules_are_proven_there():
+    assert inspect.getsource(sac_atari.ReplayBuffer) == inspect.getsource(dqn_atari.ReplayBuffer)
+    feed = 'rb.add(actions, rewards, terminations, prev_episode_over, next_obs, infos["elapsed_step"] == 0)'
+    assert feed in inspect.getsource(sac_atari) and feed in inspect.getsource(dqn_atari)
+
+
+SHORT = ["--env-id", "Breakout-v5", "--num-envs", "2", "--max-episode-steps", "100", "--learning-starts", "200"]
+SHORT += ["--buffer-size", "1000", "--target-network-frequency", "100", "--torch-threads", "1", "--precision", "fp32"]
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("short")
+    result = run_script(SCRIPT, *SHORT, "--total-timesteps", "1000", "--seed", "3", "--log-dir", str(log_dir), "--save-model")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return only_run_dir(log_dir)
+
+
+def test_a_short_run_logs_every_tag_and_its_model_evaluates(short_run):
+    scalars = read_scalars(short_run)
+    assert TAGS <= set(scalars), TAGS - set(scalars)
+    assert all(np.isfinite(value) for _, value in scalars["losses/qf_loss"])
+    alphas = [value for _, value in scalars["losses/alpha"]]
+    assert alphas[0] < 1.0  # autotune started from 1 and moved
+    returns = evaluate_cli_returns(os.path.join(short_run, f"{SCRIPT}.cleanrl_model"), "--episodes", "2")
+    assert len(returns) == 2
+
+
+def test_a_resume_restores_every_network_and_the_buffer(short_run):
+    result = run_script(SCRIPT, "--resume", os.path.join(short_run, "checkpoint.pt"), "--total-timesteps", "1400")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "replay buffer: 1,000 env steps restored" in result.stdout, result.stdout
+    checkpoint = torch.load(os.path.join(short_run, "checkpoint.pt"), weights_only=True)
+    assert checkpoint["global_step"] == 1400
+    assert {"critic_state_dict", "target_critic_state_dict", "entropy_state_dict", "alpha_optimizer_state_dict"} <= set(
+        checkpoint
+    )
+
+
+BAD_INPUT = [
+    (["--target-entropy-scale", "0"], ["--target-entropy-scale must be in (0, 1]", "got 0"]),
+    (["--target-entropy-scale", "nan"], ["--target-entropy-scale must be a finite number, got nan"]),
+    (["--policy-lr", "-1"], ["--policy-lr", "-1"]),
+    (["--update-frequency", "0"], ["--update-frequency", "positive"]),
+    (["--env-id", "Hopper-v4"], ["MuJoCo", "Atari"]),
+    (["--learning-starts", "20000", "--total-timesteps", "10000"], ["--learning-starts 20000", "10000"]),
+]
