@@ -209,7 +209,9 @@ def check_gymnasium_env(env_id: str, examples: str, fits: Callable | None = None
         hint = f"; did you mean {', '.join(close)}?" if close else f"; e.g. {examples}"
         sys.exit(f"error: --env-id {env_id!r} is not a registered Gymnasium environment{hint}")
     try:
-        env = gym.make(env_id)
+        with warnings.catch_warnings():  # "Hopper-v4 is out of date": beside the error a wrong env gets, noise
+            warnings.filterwarnings("ignore", message=".*is out of date")
+            env = gym.make(env_id)
     except gym.error.DependencyNotInstalled as error:
         sys.exit(f"error: --env-id {env_id!r} needs a package that is not installed: {str(error).splitlines()[0]}")
     except Exception as error:  # an env that cannot be built here: say so in one line

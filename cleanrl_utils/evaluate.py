@@ -348,6 +348,8 @@ def main() -> None:
     # Filming a JAX model starts ffmpeg (imageio) in a child process that execs at once; JAX's warning concerns a
     # forked child that goes on running Python beside JAX's threads, which none here does.
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+    # The v4 MuJoCo ids are the ones trained (EnvPool's): Gymnasium's advice to move to v5 is noise here.
+    warnings.filterwarnings("ignore", message=".*is out of date")
     if args.torch_threads < 0:
         sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
     if args.greedy and args.epsilon is not None:

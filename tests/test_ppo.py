@@ -452,3 +452,11 @@ def test_a_total_that_is_not_whole_iterations_is_said_in_the_first_lines(tmp_pat
     assert first_lines[-1] == line + "this run takes 512 steps", first_lines
     checkpoint = torch.load(os.path.join(only_run_dir(tmp_path), "checkpoint.pt"), weights_only=True)
     assert checkpoint["global_step"] == 512
+
+
+def test_a_continuous_env_id_gets_one_line_and_no_gymnasium_warning(tmp_path):
+    """Trial 4, N1: Gymnasium's "Hopper-v4 is out of date" warning (raw colour codes) came before the error line."""
+    result = run_script(SCRIPT, "--env-id", "Hopper-v4", "--total-timesteps", "512", "--log-dir", str(tmp_path), timeout=120)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: --env-id 'Hopper-v4' has Box(") and "discrete" in lines[0]
