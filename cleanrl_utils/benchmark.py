@@ -73,7 +73,7 @@ def command_argv(command: str) -> list[str]:
     except ValueError as error:
         sys.exit(f"error: --command {command!r} cannot be parsed ({error})")
     if not argv:
-        sys.exit('error: --command is empty; give the program to run, e.g. --command "python cleanrl/ppo.py"')
+        sys.exit('error: --command is empty; give the program to run, e.g. --command ".venv/bin/python cleanrl/ppo.py"')
     return argv
 
 

@@ -210,6 +210,8 @@ def find_script(saved: dict, model_path: str, script: str | None) -> str:
     repository root for a script inside it), else, for files written before paths were recorded, the script of the
     recorded name in this clone's `cleanrl/`."""
     if script is not None:
+        if os.path.isdir(script):
+            sys.exit(f"error: --script {script!r} is a folder; give the .py file of the script that wrote the model")
         if not os.path.isfile(script):
             sys.exit(f"error: --script {script!r} does not exist (give the path of the script that wrote the model)")
         return script

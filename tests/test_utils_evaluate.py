@@ -93,6 +93,9 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     one_line_exit(
         lambda: evaluate(str(tmp_path / "other.cleanrl_model"), script="missing.py"), "--script 'missing.py' does not exist"
     )
+    one_line_exit(  # trial 4, N3: a folder was reported as missing
+        lambda: evaluate(str(tmp_path / "other.cleanrl_model"), script=str(tmp_path)), "is a folder; give the .py file"
+    )
     (tmp_path / "notes.md").write_text("# not a script\n")  # was: AttributeError from importlib
     one_line_exit(
         lambda: evaluate(str(tmp_path / "other.cleanrl_model"), script=str(tmp_path / "notes.md")), "not a Python script"

@@ -215,8 +215,8 @@ def test_a_missing_program_is_a_failed_run_and_the_sweep_goes_on(tmp_path):
 @pytest.mark.parametrize(
     "command,expected",
     [
-        ("", 'error: --command is empty; give the program to run, e.g. --command "python cleanrl/ppo.py"'),
-        ("   ", 'error: --command is empty; give the program to run, e.g. --command "python cleanrl/ppo.py"'),
+        ("", 'error: --command is empty; give the program to run, e.g. --command ".venv/bin/python cleanrl/ppo.py"'),
+        ("   ", 'error: --command is empty; give the program to run, e.g. --command ".venv/bin/python cleanrl/ppo.py"'),
         ("python -c 'x", 'error: --command "python -c \'x" cannot be parsed (No closing quotation)'),
     ],
 )
