@@ -311,6 +311,7 @@ def main() -> None:
         sys.exit(
             f"error: need --smoothing-window > 0 and --grid-points >= 2, got {args.smoothing_window} and {args.grid_points}"
         )
+    check_writable_dir(args.output_dir, "--output-dir")  # first: a bad folder is one line, not a report then a line
     notes: list[str] = []
     runs = load_runs(args.log_dir, args.tag, notes)
     if not runs:
@@ -323,7 +324,6 @@ def main() -> None:
         print(note)
     if not runs:
         sys.exit(f"error: no run under {args.log_dir!r} finished (--include-unfinished plots unfinished ones too)")
-    check_writable_dir(args.output_dir, "--output-dir")  # was: a traceback from makedirs or savefig
     envs = sorted({run.env_id for run in runs})
     for env_id in envs:
         path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file

@@ -624,6 +624,9 @@ def test_plot_into_an_unwritable_output_dir_gives_one_line(tmp_path, where):
     from helpers import assert_one_error_line
 
     write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, [1.0, 2.0, 3.0], [100, 200, 300], 1000)
+    quiet = SummaryWriter(str(tmp_path / "runs" / "CartPole-v1__ppo__2__1700000000"))  # no episode: a "left out" note
+    quiet.add_scalar("charts/SPS", 100.0, 100)
+    quiet.close()
     (tmp_path / "a_file").write_text("")
     output_dir = {
         "a regular file": str(tmp_path / "a_file"),
@@ -638,6 +641,7 @@ def test_plot_into_an_unwritable_output_dir_gives_one_line(tmp_path, where):
         cwd=REPO,
     )
     assert_one_error_line(result, [f"--output-dir {output_dir!r} is not a writable folder ("])  # was: a traceback
+    assert result.stdout == ""  # trial 4, N5: the notes on the runs came before the error line
 
 
 def test_ctrl_c_before_the_sweep_starts_gives_one_line():
