@@ -14,6 +14,14 @@ usage_on_help() {  # "$@" of the script
   done
 }
 
+sweep_arguments() {  # "$@" of a sweep script: --help prints its header; it takes no other argument (env vars set it)
+  usage_on_help "$@"
+  if [ "$#" -gt 0 ]; then
+    echo "error: $(basename "$0") takes no arguments, got '$*'; it reads its settings from variables such as ENVS, SEEDS and TOTAL (usage: bash $0 --help)" >&2
+    exit 2
+  fi
+}
+
 require_count() {  # NAME VALUE: a positive integer
   if ! [[ "$2" =~ ^[1-9][0-9]*$ ]]; then
     echo "error: $1 must be a positive integer, got '$2' (usage: bash $0 --help)" >&2

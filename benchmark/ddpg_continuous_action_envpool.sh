@@ -7,6 +7,9 @@
 #   EXTRA="--track" WORKERS=2 bash benchmark/ddpg_continuous_action_envpool.sh   # wandb, two runs at once
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benchmark/common.sh
+source benchmark/common.sh
+sweep_arguments "$@"
 PY=${PYTHON:-.venv/bin/python}
 ENVS=${ENVS:-"HalfCheetah-v4 Hopper-v4 Walker2d-v4"}
 SEEDS=${SEEDS:-"1 2 3"}

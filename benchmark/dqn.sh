@@ -13,6 +13,9 @@
 #   SWEEP=runs/sweeps/dqn-20250101-120000 SEEDS="4 5" bash benchmark/dqn.sh   # add seeds to a sweep
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benchmark/common.sh
+source benchmark/common.sh
+sweep_arguments "$@"
 PY=${PYTHON:-.venv/bin/python}
 ENVS=${ENVS:-"CartPole-v1 Acrobot-v1 MountainCar-v0"}
 SEEDS=${SEEDS:-"1 2 3"}

@@ -9,6 +9,9 @@
 #   SWEEP=runs/sweeps/dqn_atari_envpool-20250101-120000 SEEDS="4 5" bash benchmark/dqn_atari_envpool.sh  # add seeds
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benchmark/common.sh
+source benchmark/common.sh
+sweep_arguments "$@"
 PY=${PYTHON:-.venv/bin/python}
 ENVS=${ENVS:-"Pong-v5 Breakout-v5 BeamRider-v5"}
 SEEDS=${SEEDS:-"1 2 3"}

@@ -13,6 +13,9 @@
 #   SWEEP=runs/sweeps/ppo-20250101-120000 SEEDS="4 5" bash benchmark/ppo.sh   # add seeds to a sweep
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benchmark/common.sh
+source benchmark/common.sh
+sweep_arguments "$@"
 PY=${PYTHON:-.venv/bin/python}
 default_envs="CartPole-v1 Acrobot-v1 MountainCar-v0"
 if $PY -c 'import Box2D' 2>/dev/null; then default_envs="$default_envs LunarLander-v3"; fi

@@ -8,6 +8,9 @@
 #   SWEEP=runs/sweeps/ppo_atari_envpool_async-20250101-120000 SEEDS="4 5" bash benchmark/ppo_atari_envpool_async.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benchmark/common.sh
+source benchmark/common.sh
+sweep_arguments "$@"
 PY=${PYTHON:-.venv/bin/python}
 ENVS=${ENVS:-"Pong-v5 Breakout-v5 BeamRider-v5"}
 SEEDS=${SEEDS:-"1 2 3"}

@@ -14,6 +14,9 @@
 #   SWEEP=runs/sweeps/ppo_continuous_action-20250101-120000 SEEDS="4" bash benchmark/ppo_continuous_action.sh  # add a seed
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benchmark/common.sh
+source benchmark/common.sh
+sweep_arguments "$@"
 PY=${PYTHON:-.venv/bin/python}
 ENVS=${ENVS:-"HalfCheetah-v4 Hopper-v4 Walker2d-v4 Ant-v4"}
 SEEDS=${SEEDS:-"1 2 3"}

@@ -12,4 +12,5 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benchmark/common.sh
 source benchmark/common.sh
+sweep_arguments "$@"
 tianshou_mujoco_sweep trpo_continuous_action_envpool 30

@@ -470,6 +470,42 @@ def test_a_sweeps_default_folder_is_new_and_named_after_it(tmp_path, script):
     assert re.fullmatch(rf"runs/sweeps/{name}-\d{{8}}-\d{{6}}", value_after(plot, "--log-dir")[0])
 
 
+ALL_SWEEPS = sorted(
+    name
+    for name in os.listdir(os.path.join(REPO, "benchmark"))
+    if name.endswith(".sh")
+    and name != "common.sh"
+    and 'sweep_arguments "$@"' in open(os.path.join(REPO, "benchmark", name)).read()
+)
+
+
+def test_every_sweep_script_reads_its_arguments():
+    """Every script that runs trainings through cleanrl_utils.benchmark reads its arguments: a sweep (settings from
+    variables) through sweep_arguments, a throughput script (positional settings) through usage_on_help."""
+    folder = os.path.join(REPO, "benchmark")
+    texts = {name: open(os.path.join(folder, name)).read() for name in os.listdir(folder) if name.endswith(".sh")}
+    launchers = [
+        name
+        for name, text in texts.items()
+        if name.endswith(".sh") and "cleanrl_utils.benchmark" in text and 'usage_on_help "$@"' not in text
+    ]
+    assert len(ALL_SWEEPS) >= 14 and set(launchers) <= set(ALL_SWEEPS) | {"common.sh"}, sorted(launchers)
+
+
+@pytest.mark.parametrize("script", ALL_SWEEPS)
+def test_a_sweep_script_prints_its_help_and_refuses_arguments_before_running_anything(tmp_path, script):
+    """Trial 4, N6: `--help` started the whole sweep (9 runs of 500k steps), and so did any stray argument."""
+    python, record = fake_python(tmp_path)
+    env = {**os.environ, "PYTHON": python, "SWEEP": str(tmp_path / "sweep")}
+    path = os.path.join(REPO, "benchmark", script)
+    help_result = subprocess.run(["bash", path, "--help"], capture_output=True, text=True, env=env, cwd=REPO)
+    assert help_result.returncode == 0 and "bash benchmark/" in help_result.stdout, help_result.stderr
+    extra = subprocess.run(["bash", path, "extra-arg"], capture_output=True, text=True, env=env, cwd=REPO)
+    assert extra.returncode == 2 and extra.stderr.count("\n") == 1, extra.stderr
+    assert extra.stderr.startswith(f"error: {script} takes no arguments, got 'extra-arg'")
+    assert not os.path.exists(record)  # nothing ran
+
+
 def test_a_real_sweep_keeps_to_its_folder(tmp_path):
     sweep = tmp_path / "sweep"
     env = {**os.environ, "PYTHON": sys.executable, "SWEEP": str(sweep), "ENVS": "CartPole-v1", "SEEDS": "1 2"}
