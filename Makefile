@@ -21,7 +21,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	@# setuptools prints a box about folders shadowing the package on every editable install, --quiet or not
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	@touch $@
 
 run: $(VENV)/.installed
