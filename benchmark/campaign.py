@@ -177,6 +177,10 @@ def main() -> None:
     seeds = range(1, (args.seeds or SEEDS[args.slice]) + 1)
     cpu = cpu_description()
     plan = [(seed, cell, env_id) for seed in seeds for cell in SLICES[args.slice] for env_id in cell.env_ids]
+    slice_envs = sorted({env_id for cell in SLICES[args.slice] for env_id in cell.env_ids})
+    unknown = sorted(set(args.only_env) - set(slice_envs))
+    if unknown:
+        sys.exit(f"error: --only-env {' '.join(unknown)} is not in slice {args.slice}; its envs are {', '.join(slice_envs)}")
     plan = [item for item in plan if not args.only_env or item[2] in args.only_env]
     todo = [item for item in plan if not os.path.exists(result_path(args.results_dir, item[1].exp_name, item[2], item[0]))]
     print(f"slice {args.slice}: {len(plan)} runs, {len(plan) - len(todo)} finished, {len(todo)} to run; cpu: {cpu}")

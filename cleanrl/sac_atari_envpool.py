@@ -127,7 +127,7 @@ class Args:
     autotune: bool = True
     """automatic tuning of the entropy coefficient"""
     target_entropy_scale: float = 0.89
-    """the target entropy is this fraction of the uniform policy's, log(|A|)"""
+    """with --autotune, the target entropy is this fraction of the uniform policy's, log(|A|) (unused without it)"""
     max_episode_steps: int = 27_000
     """time limit per game in agent steps (27,000 = 108,000 frames); reaching it truncates"""
 

@@ -344,6 +344,7 @@ def plot_performance_profile(groups: dict, exp_names: list[str], published: dict
 #   <!-- results NAME: EXP_NAME ... -->  per-env table, aggregate table, curves PNG (NAME.png)
 #   <!-- results-headline NAME: EXP_NAME ... -->  aggregate table and performance profile (NAME.png)
 #   <!-- /results -->
+# "EXP_NAME ... @ ENV_ID ..." keeps those envs only (a slice that runs a script on some of its envs).
 MARKER = re.compile(
     r"<!-- (?P<kind>results|results-headline) (?P<name>[\w-]+): (?P<exp_names>[^>]*?) -->\n.*?<!-- /results -->", re.S
 )
@@ -400,10 +401,10 @@ def main() -> None:
             text = file.read()
 
         def fill(match: re.Match) -> str:
-            exp_names = match["exp_names"].split()
-            body = section(
-                match["kind"], match["name"], exp_names, groups, published, args.output_dir, os.path.dirname(page) or "."
-            )
+            names, _, envs = match["exp_names"].partition(" @ ")  # "@ ENV_ID ...": those envs only
+            chosen = {key: runs for key, runs in groups.items() if not envs or key[1] in envs.split()}
+            page_dir = os.path.dirname(page) or "."
+            body = section(match["kind"], match["name"], names.split(), chosen, published, args.output_dir, page_dir)
             return f"<!-- {match['kind']} {match['name']}: {match['exp_names']} -->\n{body}<!-- /results -->"
 
         filled = MARKER.sub(fill, text)
@@ -411,7 +412,7 @@ def main() -> None:
             with open(page, "w") as file:
                 file.write(filled)
             print(f"filled {page}")
-    print(f"{len(records)} runs -> {args.output_dir}/tables.md, summary.csv and the pages' sections")
+    print(f"{len(records)} runs -> {args.output_dir}/tables.md and PNGs, {args.results_dir}/summary.csv, the pages' sections")
 
 
 if __name__ == "__main__":

@@ -130,7 +130,8 @@ def test_a_resumed_extension_continues_the_uninterrupted_run(tmp_path):
 
 
 BAD_INPUT = [
-    (["--n-atoms", "1"], ["--n-atoms must be at least 2", "got 1"]),
+    (["--n-atoms", "1"], ["--n-atoms must be in [2, 10000], got 1"]),
+    (["--n-atoms", "100000000"], ["--n-atoms must be in [2, 10000], got 100000000"]),  # trial 5, P1: a traceback
     (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
     (["--v-max", "nan"], ["--v-max must be a finite number, got nan"]),
     (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),

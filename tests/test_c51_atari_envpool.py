@@ -92,7 +92,8 @@ def test_a_resume_restores_the_replay_buffer(tmp_path):
 
 
 BAD_INPUT = [
-    (["--n-atoms", "1"], ["--n-atoms must be at least 2", "got 1"]),
+    (["--n-atoms", "1"], ["--n-atoms must be in [2, 10000], got 1"]),
+    (["--n-atoms", "100000000"], ["--n-atoms must be in [2, 10000], got 100000000"]),  # trial 5, P1: a traceback
     (["--v-min", "5", "--v-max", "5"], ["--v-min 5.0 must be below --v-max 5.0"]),
     (["--v-min", "-inf"], ["--v-min must be a finite number, got -inf"]),
     (["--env-id", "Hopper-v4"], ["MuJoCo", "Atari"]),

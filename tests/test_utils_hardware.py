@@ -180,6 +180,8 @@ def test_auto_threads_follow_a_real_load_on_the_cores(monkeypatch):
         threads.update()  # this window still saw the spinners' last moments, or not: either way the next is quiet
         time.sleep(0.6)
         threads.update()
+        if threads.count < cores and TorchThreads(0).count < cores:  # a process outside the test took a core meanwhile
+            pytest.skip("another process started computing while the spinners were stopped: the quiet half cannot hold")
         assert threads.count == cores and torch.get_num_threads() == cores
         spinners = spin_on_every_core()
         time.sleep(0.6)

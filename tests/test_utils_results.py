@@ -72,6 +72,8 @@ def test_the_campaign_skips_finished_runs(tmp_path):
     assert "110 runs, 1 finished, 109 to run" in out
     assert "done  a2c_continuous_action_envpool Hopper-v4 seed 2" in out
     assert "todo  a2c_continuous_action_envpool Hopper-v4 seed 1" in out
+    wrong_env = subprocess.run([*command, "--only-env", "Pong-v5"], capture_output=True, text=True, cwd=REPO)
+    assert wrong_env.returncode != 0 and "--only-env Pong-v5 is not in slice on-policy-mujoco" in wrong_env.stderr  # P5
     bad = subprocess.run([*command[:3], "tier-9"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("error: --slice 'tier-9' is not a slice")
 
@@ -123,6 +125,7 @@ def test_one_command_regenerates_tables_figures_and_the_pages_sections(tmp_path)
     page.write_text(
         "# A2C\n<!-- results a2c-mujoco: a2c_continuous_action_envpool a2c_other -->\nold text\n<!-- /results -->\nend\n"
         "<!-- results-headline headline: a2c_continuous_action_envpool -->\n<!-- /results -->\n"
+        "<!-- results hopper-only: a2c_other @ Hopper-v4 -->\n<!-- /results -->\n"
     )
     output = tmp_path / "out"
     command = [sys.executable, "-m", "cleanrl_utils.results", "--results-dir", str(results), "--output-dir", str(output)]
@@ -138,6 +141,8 @@ def test_one_command_regenerates_tables_figures_and_the_pages_sections(tmp_path)
         "| a2c_continuous_action_envpool | Hopper-v4 | 3 | 1M | 1,200 ± 163 | 1,300 ± 163 | 1,400 | - | 10.0 | 18.3 |"
     ]
     assert "▼" not in text
+    hopper_only = text[text.index("results hopper-only") :]  # trial 5, P4: a section keeps to its envs
+    assert "| a2c_other | Hopper-v4 |" in hopper_only and "HalfCheetah" not in hopper_only
     # IQM of best test / Tianshou over the 6 runs of a2c_continuous_action_envpool, by brute force
     scores = np.sort([(v + 100) / 1400 for v in finals["Hopper-v4"]] + [(v + 100) / 1830 for v in finals["HalfCheetah-v4"]])
     assert "| a2c_continuous_action_envpool | 2 | 6 |" in text and f"{np.mean(scores[1:5]):.2f} [" in text
