@@ -24,6 +24,7 @@ and figures.
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -131,7 +132,7 @@ def test_curve(run_dir: str, episodes: int) -> dict:
 def run_one(cell: Cell, env_id: str, seed: int, args: CampaignArgs, cpu: str) -> dict:
     """Train one run into a fresh folder, test its kept checkpoints, and return its results record."""
     log_dir = os.path.join(args.runs_dir, cell.exp_name, f"{env_id}__{seed}")
-    subprocess.run(["rm", "-rf", log_dir], check=True)  # an interrupted earlier attempt starts again
+    shutil.rmtree(log_dir, ignore_errors=True)  # an interrupted earlier attempt starts again
     os.makedirs(log_dir)
     command = [sys.executable, os.path.join(REPO, "cleanrl", f"{cell.script}.py"), "--env-id", env_id]
     command += ["--seed", str(seed), "--total-timesteps", str(cell.total_timesteps), "--exp-name", cell.exp_name]
