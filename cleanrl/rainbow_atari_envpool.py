@@ -1,0 +1,733 @@
+# Rainbow for Atari through EnvPool: C51's distributional loss with prioritised replay, n-step returns, double-Q
+# action selection, a dueling head and noisy nets. Hessel et al., 2018, "Rainbow: Combining Improvements in Deep
+# Reinforcement Learning". Components and hyperparameters: CleanRL's rainbow_atari.py; the run plumbing and the
+# frame-deduplicating replay (right under next-step autoreset) are c51_atari_envpool.py's.
+# Autoreset semantics: "The Value of Autoresetting" (Gymnasium), next-step mode.
+# Words: with episodic_life an *episode* ends at every life loss (the TD targets see those); a *game* is
+# all lives, and charts/episodic_return reports whole games.
+from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stopped_line
+
+if __name__ == "__main__":
+    exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
+
+import math
+import os
+import random
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+
+from cleanrl_utils.checkpoint import (
+    MAY_CHANGE_ON_RESUME,
+    load_torch,
+    restore_torch,
+    resume_args,
+    resumed_env_seed,
+    save_torch,
+    torch_rng_states,
+)
+from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_replay_args, check_run_args
+from cleanrl_utils.envpool_time_limit import make_envpool
+from cleanrl_utils.evaluate import Player, play_in_bf16, written_by
+from cleanrl_utils.hardware import choose_speed_levers, this_machine
+from cleanrl_utils.run import (
+    ProgressLine,
+    checkpoint_due,
+    exit_if_diverged,
+    make_writer,
+    record_end_step,
+    run_folder,
+    torch_all_finite,
+)
+from cleanrl_utils.steps import say_steps_run
+from cleanrl_utils.video import VideoJobs
+
+# Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
+WRITTEN_BY = written_by(__file__)
+SCRIPT = WRITTEN_BY["script"]  # a copy under a new name is a new script
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (torch, numpy, python and the EnvPool simulators)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases (works with WANDB_MODE=offline)"""
+    wandb_project_name: str = "cleanRL"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model weights and args to `runs/{run_name}/{exp_name}.cleanrl_model`"""
+    log_dir: str = "runs"
+    """the folder the run's tensorboard events (and saved model) go under"""
+    checkpoint_every: int = 0
+    """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (one iteration = one step
+    of every env; 0: only at Ctrl-C and at the end)"""
+    keep_checkpoints: bool = False
+    """keep every checkpoint as `checkpoint-{global_step}.pt` too, to evaluate the run's best point afterwards:
+    `python -m cleanrl_utils.evaluate --model-path runs/{run_name} --greedy` (with the replay buffer in each, a kept checkpoint is as large as the buffer: see --checkpoint-buffer)"""
+    checkpoint_buffer: bool = True
+    """put the replay buffer and its priorities in the checkpoint (1M transitions: about 7 GB on disk); with
+    --no-checkpoint-buffer a resumed run refills an empty buffer for --learning-starts steps before it trains again"""
+    resume: str | None = None
+    """continue from a checkpoint: same run folder, args, step counter, beta schedule, Q-networks (noise included),
+    Adam, RNG states and replay buffer with its priorities"""
+    capture_video: bool = False
+    """film an evaluation game to `runs/{run_name}/videos/` every --video-every iterations and at the end, in a
+    separate process (the training envs never render)"""
+    video_every: int = 250_000
+    """iterations between evaluation videos with --capture-video"""
+
+    # Algorithm specific arguments (CleanRL's rainbow_atari.py defaults; no epsilon: the noisy nets explore)
+    env_id: str = "Breakout-v5"
+    """the id of the environment (any EnvPool Atari id, e.g. Pong-v5, Breakout-v5, BeamRider-v5)"""
+    total_timesteps: int = 10_000_000
+    """total timesteps of the experiments (agent steps, counting every env; frames = 4x)"""
+    learning_rate: float = 6.25e-5
+    """the learning rate of the optimizer (Adam with eps 1.5e-4, CleanRL's rainbow_atari)"""
+    num_envs: int = 1
+    """the number of parallel game environments (steps, train frequency and target updates count every env)"""
+    buffer_size: int = 1_000_000
+    """the replay memory buffer size (transitions, split evenly over the envs)"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    n_step: int = 3
+    """the number of steps of each return (CleanRL's rainbow_atari: 3); cut short at a boundary"""
+    prioritized_replay_alpha: float = 0.5
+    """how strongly priorities skew sampling, in [0, 1] (0: uniform; CleanRL's rainbow_atari: 0.5)"""
+    prioritized_replay_beta: float = 0.4
+    """the importance-sampling exponent at step 0, in [0, 1], annealed linearly to 1 at --total-timesteps (CleanRL's
+    rainbow_atari: 0.4)"""
+    prioritized_replay_eps: float = 1e-6
+    """added to each sample's loss to make its priority (CleanRL's rainbow_atari: 1e-6)"""
+    noisy_std: float = 0.5
+    """sigma_0 of the factorised Gaussian noisy layers (initial sigma = sigma_0 / sqrt(fan-in); CleanRL: 0.5)"""
+    n_atoms: int = 51
+    """the number of atoms of the return distribution's support"""
+    v_min: float = -10.0
+    """the return of the support's lowest atom (rewards are clipped to [-1, 1])"""
+    v_max: float = 10.0
+    """the return of the support's highest atom"""
+    target_network_frequency: int = 8_000
+    """the timesteps it takes to update the target network (CleanRL's rainbow_atari: 8,000)"""
+    batch_size: int = 32
+    """the batch size of sample from the reply memory"""
+    learning_starts: int = 80_000
+    """timestep to start learning"""
+    train_frequency: int = 4
+    """the frequency of training (one gradient step every N timesteps)"""
+    max_episode_steps: int = 27_000
+    """time limit per game in agent steps (27,000 = 108,000 frames); reaching it truncates"""
+
+    # Speed levers: each keeps the learning curve (see README); auto picks what is fastest on this machine
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """the network trunk's precision (the heads' output layers stay fp32). auto: bf16 autocast where the machine computes bf16 natively (a CPU with AVX512-BF16 or AMX, as oneDNN sees it; CUDA compute capability >= 8.0), else fp32. The run saves the resolved value"""
+    channels_last: Literal["auto", "on", "off"] = "auto"
+    """channels-last memory format for the convolutions. auto: on in fp32 and on CUDA, off for bf16 on CPU"""
+    uint8_obs: bool = True
+    """hand sampled batches to the network as uint8, scaled to [0, 1] inside it (else as float32, CleanRL's way)"""
+    fused_adam: bool = True
+    """Adam as one fused kernel over all parameters"""
+    torch_threads: int = 0
+    """torch intra-op threads on CPU. 0 (auto): OMP_NUM_THREADS if set, else the cores no other process keeps busy, re-checked every 5 s. Set N for bit-identical reruns"""
+
+    # to be filled in runtime (not flags)
+    num_iterations: tyro.conf.Suppress[int] = 0
+
+
+def validate_args(args: Args, checkpoint: dict | None = None) -> None:
+    """Exit with one clear line (no traceback) on impossible settings, before anything is written. `checkpoint`: the
+    run is resumed from it."""
+    check_run_args(args)  # every float flag finite (NaN, inf) first
+    check_positive(args, "n_step", "prioritized_replay_eps")
+    # A window reads n rows past its transition while the 4 frames of its stack stay in the ring (see ReplayBuffer)
+    check_replay_args(args, min_per_env=16 + args.n_step, resumed=checkpoint is not None)
+    for name in ("prioritized_replay_alpha", "prioritized_replay_beta"):
+        if not 0 <= getattr(args, name) <= 1:
+            sys.exit(f"error: --{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    if not args.noisy_std >= 0:
+        sys.exit(f"error: --noisy-std must be >= 0 (0: no noise), got {args.noisy_std}")
+    if not 2 <= args.n_atoms <= 10_000:  # 2: the support's two ends; the paper's 51
+        sys.exit(f"error: --n-atoms must be in [2, 10000], got {args.n_atoms}")
+    if not args.v_min < args.v_max:
+        sys.exit(f"error: --v-min {args.v_min} must be below --v-max {args.v_max} (the support's two ends)")
+    check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
+    check_envpool_id(args.env_id, "envpool.atari")
+    # A resumed run's full ring is in memory already, in the loaded checkpoint, and the new buffer takes its arrays
+    # over (ReplayBuffer.load_state_dict): it needs only the rest. A partly filled ring is copied: it holds nothing.
+    saved = checkpoint["replay_buffer"] if checkpoint else {}
+    full = bool(saved) and len(saved["frames"]) == args.buffer_size // args.num_envs
+    held = sum(value.nbytes for value in saved.values() if isinstance(value, torch.Tensor)) if full else 0
+    check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size", held=held)
+
+
+def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000, render_mode: str | None = None):
+    """EnvPool Atari with the standard DeepMind preprocessing (84x84 grey, 4-frame stack,
+    frame-skip 4, up to 30 no-ops, fire on reset), life loss as termination and clipped rewards.
+    `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
+    `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
+    # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
+    return make_envpool(
+        env_id,
+        max_episode_steps,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        seed=seed,
+        episodic_life=True,
+        reward_clip=True,
+        render_mode=render_mode,
+    )
+
+
+class SumTree:
+    """Proportional prioritisation (Schaul et al., 2016): leaf j holds priority p_j, node i the sum of its children
+    2i and 2i + 1, the root (node 1) the total; a draw of mass u in [0, total) walks down to the leaf whose
+    cumulative range holds u, so leaf j is drawn with probability p_j / total. float64: sums over 1M leaves stay
+    exact to ~1e-10, and internal nodes are recomputed from their children (no running increments to drift)."""
+
+    def __init__(self, size: int):
+        self.size, self.first_leaf = size, 1 << max(0, (size - 1).bit_length())
+        self.nodes = np.zeros(2 * self.first_leaf)
+        self.count = 0  # leaves with priority > 0: the N of the importance weights
+
+    def set(self, leaves: np.ndarray, priorities: np.ndarray) -> None:
+        leaves, priorities = np.asarray(leaves)[::-1], np.broadcast_to(priorities, np.shape(leaves))[::-1]
+        leaves, last = np.unique(leaves, return_index=True)  # a leaf given twice keeps its last value
+        node = leaves + self.first_leaf
+        self.count += int(np.count_nonzero(priorities[last]) - np.count_nonzero(self.nodes[node]))
+        self.nodes[node] = priorities[last]
+        node = np.unique(node // 2)
+        while node[0] >= 1:
+            self.nodes[node] = self.nodes[2 * node] + self.nodes[2 * node + 1]
+            node = np.unique(node // 2)
+
+    def priorities(self, leaves: np.ndarray) -> np.ndarray:
+        return self.nodes[self.first_leaf + np.asarray(leaves)]
+
+    def total(self) -> float:
+        return float(self.nodes[1])
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        """The leaf of each mass in [0, total)."""
+        node = np.ones(len(mass), dtype=np.int64)
+        while node[0] < self.first_leaf:
+            left = self.nodes[2 * node]
+            right = mass >= left
+            mass = np.where(right, mass - left, mass)
+            node = 2 * node + right
+        return node - self.first_leaf
+
+    def load(self, leaf_priorities: np.ndarray) -> None:
+        """All leaves at once; the sums rebuilt level by level."""
+        self.nodes[:] = 0.0
+        self.nodes[self.first_leaf : self.first_leaf + len(leaf_priorities)] = leaf_priorities
+        level = self.first_leaf // 2
+        while level >= 1:
+            self.nodes[level : 2 * level] = self.nodes[2 * level : 4 * level : 2] + self.nodes[2 * level + 1 : 4 * level : 2]
+            level //= 2
+        self.count = int(np.count_nonzero(leaf_priorities))
+
+
+class ReplayBuffer:
+    """Prioritised n-step replay of next-step autoreset envs, each frame stored once.
+
+    The storage is dqn_atari_envpool.py's: each env keeps a ring of single 84x84 frames, one per env step, and a
+    4-frame stack is rebuilt from the ring at sample time (EnvPool's stacking rule: a game starts with its first frame
+    repeated 4 times, `game_start`; after a life loss the frames run on). Ring slot `t % capacity` of env e holds the
+    frame of the env's t-th observation and the one-step transition that leaves from it. Autoreset: the step after a
+    boundary is stale (its action was ignored, its reward is 0, it leads to the reset observation): its transition is
+    marked `valid` False, never sampled and never part of a window; its frame is kept, as the real last observation
+    of the transition before it. A termination (life loss included) stores done = 1.
+
+    n-step returns are computed at sampling time from the one-step rows (`n_step_window`), not at insertion with a
+    per-env pending window. Reasons: the ring stores every step once already, so a window is n cheap gathers of a
+    32-row batch; the boundary rules then live in one function, over the same flags that keep stale steps out; a
+    checkpoint needs no pending windows per env; and --n-step, --gamma could change without touching stored data.
+    A window from t walks k = 0, 1, ..: it adds gamma^k r_{t+k}, and stops at a termination (bootstrap discount 0),
+    at a row whose successor is not a valid transition (a truncation, followed by its stale step, or the end of the
+    stored stream: bootstrap from observation t+k+1, the real last one, with gamma^(k+1)), or after n rows (bootstrap
+    from observation t+n with gamma^n).
+
+    Priorities: a transition enters the sum tree once observation t+n is written, at the largest priority seen so
+    far (so its window is whole, or cut by a boundary, when first drawn); its leaf goes back to 0 when the ring
+    overwrites any of the 4 frames of its stack. Leaf = slot * num_envs + env."""
+
+    STACK = 4
+
+    def __init__(self, buffer_size: int, num_envs: int, n_step: int = 3, gamma: float = 0.99, alpha: float = 0.5,
+                 frame_shape: tuple[int, int] = (84, 84)):  # fmt: skip
+        self.capacity, self.num_envs = buffer_size // num_envs, num_envs
+        self.n_step, self.gamma, self.alpha = n_step, gamma, alpha
+        shape = (self.capacity, num_envs)
+        self.frames = np.zeros(shape + frame_shape, dtype=np.uint8)
+        self.actions = np.zeros(shape, dtype=np.uint8)  # Atari has at most 18 actions
+        self.rewards = np.zeros(shape, dtype=np.float32)
+        self.dones = np.zeros(shape, dtype=bool)
+        self.valid = np.zeros(shape, dtype=bool)
+        self.game_start = np.zeros(shape, dtype=bool)
+        self.tree = SumTree(self.capacity * num_envs)
+        self.max_priority = 1.0  # the largest |loss| + eps so far (CleanRL's start: 1); stored as its alpha power
+        self.num_obs = 0  # observations written per env (all envs step together)
+        self.env_steps = 0  # transitions added, over all envs, stale ones included
+
+    @staticmethod
+    def bytes_needed(buffer_size: int, frame_bytes: int = 84 * 84) -> int:
+        return buffer_size * (frame_bytes + 1 + 4 + 3) + 2 * (1 << max(0, (buffer_size - 1).bit_length())) * 8
+
+    def start_games(self, obs: np.ndarray) -> None:
+        """Observations that start new games: after `envs.reset()`, also in a resumed run (whose last saved
+        observation keeps no transition: a window reaching it ends there, the end of the stored stream)."""
+        self._write_obs(obs, np.ones(self.num_envs, dtype=bool))
+
+    def add(self, actions, rewards, terminations, stale, next_obs, next_starts_game) -> None:
+        """The step from the last written observation: its transition (`stale` ones are kept out of sampling),
+        then the observation the step returned (`next_starts_game`: a reset game, its frames repeat)."""
+        slot = (self.num_obs - 1) % self.capacity
+        self.actions[slot], self.rewards[slot], self.dones[slot] = actions, rewards, terminations
+        self.valid[slot] = ~stale
+        self.env_steps += self.num_envs
+        self._write_obs(next_obs, next_starts_game)
+
+    def _write_obs(self, obs: np.ndarray, starts_game: np.ndarray) -> None:
+        m, envs = self.num_obs, np.arange(self.num_envs)
+        slot = m % self.capacity
+        self.frames[slot] = obs[:, -1]  # the newest frame; the older three are in the ring already
+        self.game_start[slot] = starts_game
+        self.valid[slot] = False  # no transition leaves from it yet
+        # Transitions m - capacity .. m - capacity + 3 lose a frame of their stack: out of the tree.
+        gone = ((m + np.arange(self.STACK)) % self.capacity)[:, None] * self.num_envs + envs
+        leaves, priorities = [gone.ravel()], [np.zeros(gone.size)]
+        if (t := m - self.n_step) >= 0:  # its window's rows are all written now
+            row = t % self.capacity
+            leaves.append(row * self.num_envs + envs)
+            priorities.append(np.where(self.valid[row], self.max_priority**self.alpha, 0.0))
+        self.tree.set(np.concatenate(leaves), np.concatenate(priorities))
+        self.num_obs += 1
+
+    def n_step_window(self, t: np.ndarray, env: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(return, bootstrap discount, bootstrap observation index) of the windows from valid transitions t of envs
+        `env` (the rules: the class docstring)."""
+        returns, discounts = np.zeros(len(t), dtype=np.float64), np.ones(len(t), dtype=np.float64)
+        end, running = t + 1, np.ones(len(t), dtype=bool)
+        for k in range(self.n_step):
+            row = (t + k) % self.capacity
+            returns += np.where(running, discounts * self.rewards[row, env], 0.0)
+            discounts = np.where(running, discounts * self.gamma, discounts)
+            end = np.where(running, t + k + 1, end)
+            terminated = running & self.dones[row, env]
+            discounts[terminated] = 0.0
+            running &= ~terminated & self.valid[(t + k + 1) % self.capacity, env]
+        return returns.astype(np.float32), discounts.astype(np.float32), end
+
+    def stacks(self, t: np.ndarray, env: np.ndarray) -> np.ndarray:
+        """(B, 4, 84, 84): the observations t of envs `env`, rebuilt from the frame rings."""
+        index = t[:, None] + np.arange(1 - self.STACK, 1)  # oldest .. newest frame of each stack
+        for k in range(self.STACK - 2, -1, -1):  # before a game's first frame, that frame repeats
+            starts = self.game_start[index[:, k + 1] % self.capacity, env]
+            index[:, k] = np.where(starts, index[:, k + 1], index[:, k])
+        return self.frames[index % self.capacity, env[:, None]]
+
+    def leaf_transitions(self, leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(t, env) of tree leaves: t is the one observation index of the slot still in the ring."""
+        slot, env = np.divmod(leaves, self.num_envs)
+        return self.num_obs - 1 - (self.num_obs - 1 - slot) % self.capacity, env
+
+    def sample_leaves(self, batch_size: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """Leaves drawn in proportion to their priorities, stratified as CleanRL does (one draw in each of
+        `batch_size` equal slices of the total), numpy's global RNG; and their importance weights
+        (N P(i))^-beta / max_j (N P(j))^-beta over the batch, N = the leaves with a priority."""
+        total = self.tree.total()
+        mass = (np.arange(batch_size) + np.random.random(batch_size)) * (total / batch_size)
+        leaves = self.tree.find(np.minimum(mass, np.nextafter(total, 0)))
+        while (empty := self.tree.priorities(leaves) == 0).any():  # float rounding at a slice edge: rare
+            leaves[empty] = self.tree.find(np.random.random(empty.sum()) * total)
+        weights = (self.tree.count * self.tree.priorities(leaves) / total) ** -beta
+        return leaves, (weights / weights.max()).astype(np.float32)
+
+    def sample(self, batch_size: int, beta: float, device: torch.device, obs_dtype=torch.uint8):
+        """(obs, actions, n-step returns, bootstrap obs, bootstrap discounts, importance weights) on `device`, and the
+        leaves drawn (numpy) for `update_priorities`."""
+        leaves, weights = self.sample_leaves(batch_size, beta)
+        t, env = self.leaf_transitions(leaves)
+        returns, discounts, end = self.n_step_window(t, env)
+        obs, next_obs = (torch.from_numpy(self.stacks(i, env)).to(device, obs_dtype) for i in (t, end))
+        rest = (self.actions[t % self.capacity, env], returns, discounts, weights)
+        actions, returns, discounts, weights = (torch.from_numpy(x).to(device) for x in rest)
+        return (obs, actions, returns, next_obs, discounts, weights), leaves
+
+    def update_priorities(self, leaves: np.ndarray, losses: np.ndarray, eps: float) -> None:
+        """Priority (loss + eps)^alpha, as CleanRL's rainbow_atari (the loss: each sample's cross-entropy)."""
+        priorities = np.abs(losses.astype(np.float64)) + eps
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+        self.tree.set(leaves, priorities**self.alpha)
+
+    ARRAYS = ("frames", "actions", "rewards", "dones", "valid", "game_start")
+
+    def state_dict(self) -> dict:
+        """The filled ring slots only (a 1M buffer saved early is MBs, not 7 GB), and the priorities."""
+        rows = min(self.num_obs, self.capacity)
+        arrays = {name: torch.from_numpy(getattr(self, name)[:rows]) for name in self.ARRAYS}
+        leaves = self.tree.nodes[self.tree.first_leaf : self.tree.first_leaf + rows * self.num_envs]
+        arrays["priorities"] = torch.from_numpy(leaves.copy())
+        counters = dict(num_obs=self.num_obs, env_steps=self.env_steps, capacity=self.capacity, max_priority=self.max_priority)
+        return arrays | counters
+
+    def load_state_dict(self, state: dict) -> None:
+        """A saved buffer back into this one. A full ring is taken over without a copy (a resumed run then holds
+        one buffer in memory, not two); a partly filled one is copied into the first rows. An empty dict (a
+        checkpoint saved with --no-checkpoint-buffer) leaves the buffer empty. ValueError if it does not fit."""
+        if not state:
+            return
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(f"saved ring of {int(state['capacity'])} slots per env, this run's {self.capacity}")
+        arrays = {}
+        for name in self.ARRAYS:
+            saved, array = state[name].numpy(), getattr(self, name)
+            if saved.shape[1:] != array.shape[1:] or saved.dtype != array.dtype or len(saved) > len(array):
+                raise ValueError(f"saved {name} {saved.dtype}{list(saved.shape)}, this run's {array.dtype}{list(array.shape)}")
+            arrays[name] = saved
+        if len(state["priorities"]) != len(arrays["frames"]) * self.num_envs:
+            raise ValueError(f"saved {len(state['priorities'])} priorities for {len(arrays['frames'])} rows")
+        for name, saved in arrays.items():
+            if len(saved) == self.capacity:
+                setattr(self, name, saved)
+            else:
+                getattr(self, name)[: len(saved)] = saved
+        self.tree.load(state["priorities"].numpy())
+        self.num_obs, self.env_steps = int(state["num_obs"]), int(state["env_steps"])
+        self.max_priority = float(state["max_priority"])
+
+
+class NoisyLinear(nn.Module):
+    """A linear layer with learned factorised Gaussian noise (Fortunato et al., 2018): w = mu_w + sigma_w * eps_w,
+    eps_w = f(eps_out) f(eps_in)^T, b = mu_b + sigma_b * f(eps_out), f(x) = sign(x) sqrt(|x|). Initialisation as
+    CleanRL's rainbow_atari: mu ~ U(+-1/sqrt(in)), sigma_w = sigma_0/sqrt(in), sigma_b = sigma_0/sqrt(out). In
+    `eval()` mode the layer uses the means: a deterministic greedy policy for evaluation."""
+
+    def __init__(self, in_features: int, out_features: int, std_init: float = 0.5):
+        super().__init__()
+        bound = 1 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), std_init / math.sqrt(in_features)))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), std_init / math.sqrt(out_features)))
+        # The noise is a buffer: saved with the weights, so a resumed run acts on the same sample.
+        self.register_buffer("weight_epsilon", torch.zeros(out_features, in_features))
+        self.register_buffer("bias_epsilon", torch.zeros(out_features))
+        self.reset_noise()
+
+    def reset_noise(self) -> None:
+        def scaled(size: int) -> torch.Tensor:
+            x = torch.randn(size, device=self.weight_mu.device)
+            return x.sign() * x.abs().sqrt()
+
+        eps_in, eps_out = scaled(self.weight_mu.shape[1]), scaled(self.weight_mu.shape[0])
+        self.weight_epsilon.copy_(torch.outer(eps_out, eps_in))
+        self.bias_epsilon.copy_(eps_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return nn.functional.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * self.weight_epsilon
+        return nn.functional.linear(x, weight, self.bias_mu + self.bias_sigma * self.bias_epsilon)
+
+
+class QNetwork(nn.Module):
+    """CleanRL's NoisyDuelingDistributionalNetwork: the Nature CNN trunk, then a value stream and an advantage stream,
+    each a noisy 512-unit hidden layer and a noisy output of `n_atoms` logits (per action for the advantage);
+    logits = V + A - mean_a A (dueling, on the logits as CleanRL), a softmax over each action's atoms gives its
+    return distribution on the support `atoms`, and Q is that distribution's mean."""
+
+    def __init__(self, num_actions: int, n_atoms: int, v_min: float, v_max: float, std_init: float = 0.5,
+                 bf16: bool = False, channels_last: bool = False):  # fmt: skip
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        self.num_actions, self.n_atoms = num_actions, n_atoms
+        self.register_buffer("atoms", torch.linspace(v_min, v_max, steps=n_atoms))
+        self.value_hidden, self.value_out = NoisyLinear(3136, 512, std_init), NoisyLinear(512, n_atoms, std_init)
+        self.advantage_hidden = NoisyLinear(3136, 512, std_init)
+        self.advantage_out = NoisyLinear(512, num_actions * n_atoms, std_init)
+        self.bf16, self.channels_last = bf16, channels_last
+        if channels_last:
+            self.network.to(memory_format=torch.channels_last)
+
+    def reset_noise(self) -> None:
+        for layer in self.modules():
+            if isinstance(layer, NoisyLinear):
+                layer.reset_noise()
+
+    def pmfs(self, obs: torch.Tensor, bf16: bool | None = None) -> torch.Tensor:
+        """(B, actions, atoms) float32: each action's probabilities over the support. `bf16` overrides the network's
+        setting for one call (acting on a few observations is faster in fp32)."""
+        bf16 = self.bf16 if bf16 is None else bf16
+        # uint8 0..255 (float32 with --no-uint8-obs); integers up to 256 are exact in bf16: one cast, straight there.
+        dtype = torch.bfloat16 if bf16 else torch.float32
+        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        x = obs.to(dtype=dtype, memory_format=memory_format)
+        conv1 = self.network[0]
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+            # x / 255 folded into conv1's weight: conv(x, w / 255) = conv(x / 255, w), no pass over the batch.
+            hidden = self.network[1:](nn.functional.conv2d(x, conv1.weight * (1.0 / 255.0), conv1.bias, stride=4))
+            value_hidden = nn.functional.relu(self.value_hidden(hidden))
+            advantage_hidden = nn.functional.relu(self.advantage_hidden(hidden))
+        # The output layers and the softmax run in fp32: 51 probabilities, some near 1e-3, and their logarithms in the
+        # loss, are beyond bf16's 8-bit mantissa.
+        value = self.value_out(value_hidden.float()).view(len(obs), 1, self.n_atoms)
+        advantage = self.advantage_out(advantage_hidden.float()).view(len(obs), self.num_actions, self.n_atoms)
+        return torch.softmax(value + advantage - advantage.mean(dim=1, keepdim=True), dim=2)
+
+    def forward(self, obs: torch.Tensor, bf16: bool | None = None) -> torch.Tensor:
+        """Q-values, (B, num_actions) float32: the mean of each action's distribution."""
+        return (self.pmfs(obs, bf16) * self.atoms).sum(dim=2)
+
+
+def evaluation_player(
+    saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
+) -> Player:
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): whole games,
+    every life, filmed by EnvPool's own renderer. The noisy layers play their means (`eval()`: no noise, so a
+    greedy evaluation is deterministic), epsilon-greedy on the Q-values as CleanRL evaluates DQN (a uniformly random
+    action with probability `epsilon`, 0 with `greedy`; coin flips seeded with `seed`)."""
+    train_args = saved["args"]
+    render_mode = "rgb_array" if render else None
+    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    num_actions = int(envs.single_action_space.n)
+    bf16, channels_last = play_in_bf16(train_args, device), train_args["channels_last"] == "on"
+    support = (train_args["n_atoms"], train_args["v_min"], train_args["v_max"], train_args["noisy_std"])
+    q_network = QNetwork(num_actions, *support, bf16=bf16, channels_last=channels_last)
+    q_network.load_state_dict(saved["model_state_dict"])
+    q_network.to(device).eval()
+    rng, epsilon = np.random.default_rng(seed), 0.0 if greedy else epsilon
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            q_values = q_network(torch.as_tensor(obs, device=device))  # uint8 frames: the network casts them
+        explore = rng.random(len(obs)) < epsilon
+        return np.where(explore, rng.integers(0, num_actions, len(obs)), q_values.argmax(dim=1).cpu().numpy())
+
+    return Player(envs=envs, act=act, whole_games=True)
+
+
+def project_distribution(next_pmfs: torch.Tensor, returns: torch.Tensor, discounts: torch.Tensor, atoms: torch.Tensor):
+    """The C51 target (Bellemare et al., Algorithm 1) with a discount per sample: each atom z_j of the bootstrap
+    distribution moves to R + d z_j (R the n-step return, d = gamma^k for the k steps of the window, 0 after a
+    termination), is clipped into [v_min, v_max], and its probability is split between the two atoms around it in
+    proportion to closeness (all of it to an atom it lands on exactly). (batch, atoms)."""
+    v_min, v_max, n_atoms = atoms[0], atoms[-1], len(atoms)
+    delta_z = (v_max - v_min) / (n_atoms - 1)
+    moved = (returns[:, None] + discounts[:, None] * atoms[None]).clamp(v_min, v_max)
+    position = (moved - v_min) / delta_z  # in atom units, in [0, n_atoms - 1]
+    lower = position.floor().clamp(0, n_atoms - 1)
+    upper = position.ceil().clamp(0, n_atoms - 1)
+    lower_share = torch.where(upper == lower, torch.ones_like(position), upper - position)
+    target = torch.zeros_like(next_pmfs)
+    target.scatter_add_(1, lower.long(), lower_share * next_pmfs)
+    target.scatter_add_(1, upper.long(), (1 - lower_share) * next_pmfs)
+    return target
+
+
+def td_loss(q_network: QNetwork, target_network: QNetwork, obs, actions, returns, next_obs, discounts, weights):
+    """Double-Q distributional loss: the online network picks the bootstrap action (the mean of its distributions),
+    the target network's distribution of that action is projected, and each sample's cross-entropy with Q's
+    distribution of the action taken is weighted by its importance weight. Returns (loss, per-sample cross-entropy
+    for the priorities, Q(s, a))."""
+    rows = torch.arange(len(obs), device=obs.device)
+    with torch.no_grad():
+        next_action = q_network(next_obs).argmax(dim=1)
+        next_pmfs = target_network.pmfs(next_obs)[rows, next_action]
+        target = project_distribution(next_pmfs, returns, discounts, target_network.atoms)
+    pmfs = q_network.pmfs(obs)[rows, actions.long()]
+    cross_entropy = -(target * pmfs.clamp(min=1e-5, max=1 - 1e-5).log()).sum(dim=1)
+    loss = (cross_entropy * weights).mean()
+    return loss, cross_entropy.detach(), (pmfs.detach() * q_network.atoms).sum(dim=1)
+
+
+def beta_schedule(beta0: float, global_step: int, total_timesteps: int) -> float:
+    """The importance-sampling exponent: beta0 at step 0, linearly to 1 at the run's --total-timesteps (CleanRL)."""
+    return min(1.0, beta0 + global_step * (1.0 - beta0) / total_timesteps)
+
+
+def updates_due(global_step: int, num_envs: int, every: int) -> int:
+    """How many multiples of `every` the global step passed in its last increment of `num_envs`: the gradient
+    steps (or target updates) due now, so that their rate per env step does not depend on --num-envs."""
+    return global_step // every - (global_step - num_envs) // every
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    keys = dict(target_state_dict=dict, replay_buffer=dict)  # besides weights, Adam, counters
+    checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
+    if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
+        args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
+    validate_args(args, checkpoint)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
+    args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
+    say_steps_run(args.total_timesteps, args.num_envs, "one step of each of --num-envs envs")
+    run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+
+    # env setup. EnvPool cannot snapshot its games: a resumed run plays new ones (new seeds); unfinished ones go unlogged.
+    env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
+    envs = make_env(args.env_id, args.num_envs, env_seed, args.max_episode_steps)
+    num_actions = envs.single_action_space.n
+
+    support = (args.n_atoms, args.v_min, args.v_max, args.noisy_std)
+    levers = dict(bf16=args.precision == "bf16", channels_last=args.channels_last == "on")
+    q_network = QNetwork(num_actions, *support, **levers).to(device)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=1.5e-4, fused=args.fused_adam)
+    target_network = QNetwork(num_actions, *support, **levers).to(device)
+    target_network.load_state_dict(q_network.state_dict())
+    rb = ReplayBuffer(args.buffer_size, args.num_envs, args.n_step, args.gamma, args.prioritized_replay_alpha)
+    start_iteration, global_step = 1, 0
+    if checkpoint:  # weights, Adam, RNG states and replay buffer (one line if they do not fit); says where it resumes
+        extra = {"target_state_dict": target_network, "replay_buffer": rb}
+        start_iteration, global_step = restore_torch(args.resume, checkpoint, q_network, optimizer, args, extra=extra)
+        print(f"replay buffer: {rb.env_steps:,} env steps restored" if rb.env_steps else "replay buffer: refilled from empty")
+    writer = make_writer(args, run_name, run_dir, checkpoint["global_step"] if checkpoint else None)  # after every check
+
+    def model_file(path: str) -> str:
+        """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
+        torch.save(
+            {**WRITTEN_BY, "model_state_dict": q_network.state_dict(), "args": vars(args)},
+            path,
+        )
+        return path
+
+    def training_state(iteration: int) -> dict:
+        counters = WRITTEN_BY | dict(
+            run_name=run_name,
+            args=vars(args),
+            iteration=iteration,
+            global_step=global_step,
+        )
+        weights = dict(model_state_dict=q_network.state_dict(), target_state_dict=target_network.state_dict())
+        weights |= dict(optimizer_state_dict=optimizer.state_dict())
+        replay = dict(replay_buffer=rb.state_dict() if args.checkpoint_buffer else {})
+        return counters | weights | {"rng": torch_rng_states()} | replay
+
+    # Episode statistics per *game* (not per life), from the unclipped reward.
+    episode_returns = np.zeros(args.num_envs, dtype=np.float64)
+    recent_returns: list[float] = []
+
+    progress = ProgressLine(global_step, args.num_iterations * args.num_envs, "games")  # and SPS from here
+    videos = VideoJobs(run_dir, model_file)
+    stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
+    obs, _ = envs.reset()
+    rb.start_games(obs)
+    # The step before the first one is not a boundary: the first transition of every env is valid.
+    prev_episode_over = np.zeros(args.num_envs, dtype=bool)
+    obs_dtype = torch.uint8 if args.uint8_obs else torch.float32
+    # Acting on fewer than 16 observations is faster in fp32 (autocast casts every weight again on each call).
+    acting_bf16 = args.precision == "bf16" and args.num_envs >= 16
+    loss = q_values = None
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        # ALGO LOGIC: greedy on the noisy network, its noise as last resampled (before the last gradient step, as
+        # CleanRL's rainbow_atari): the noise explores, there is no epsilon.
+        beta = beta_schedule(args.prioritized_replay_beta, global_step, args.total_timesteps)
+        with torch.no_grad():
+            actions = q_network(torch.from_numpy(obs).to(device, obs_dtype), bf16=acting_bf16).argmax(dim=1).cpu().numpy()
+        global_step += args.num_envs
+
+        # TRY NOT TO MODIFY: execute the game and log data. On a stale step (the one after a boundary) EnvPool
+        # ignores the action and returns the reset observation with reward 0: the buffer keeps it out of sampling.
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        # A reset game (game over or time limit) restarts EnvPool's step counter; a life loss does not.
+        rb.add(actions, rewards, terminations, prev_episode_over, next_obs, infos["elapsed_step"] == 0)
+        prev_episode_over = terminations | truncations
+        obs = next_obs
+
+        # A game ends at game over (info["terminated"]; `terminations` is also set on every life loss) or at
+        # the time limit. Its length is EnvPool's elapsed_step, which does not count stale steps.
+        episode_returns += infos["reward"]
+        game_over = infos["terminated"].astype(bool) | truncations
+        for i in np.flatnonzero(game_over):
+            writer.add_scalar("charts/episodic_return", episode_returns[i], global_step)
+            writer.add_scalar("charts/episodic_length", infos["elapsed_step"][i], global_step)
+            recent_returns.append(float(episode_returns[i]))
+        episode_returns[game_over] = 0.0
+
+        # ALGO LOGIC: training. `rb.env_steps` equals global_step, except in a run resumed without its buffer,
+        # which refills --learning-starts steps first. A transition enters the tree n steps after it is taken.
+        if rb.env_steps > args.learning_starts and rb.tree.count:
+            for _ in range(updates_due(global_step, args.num_envs, args.train_frequency)):
+                q_network.reset_noise()  # both networks draw new noise before each gradient step (CleanRL)
+                target_network.reset_noise()
+                batch, leaves = rb.sample(args.batch_size, beta, device, obs_dtype)
+                loss, cross_entropy, q_values = td_loss(q_network, target_network, *batch)
+                rb.update_priorities(leaves, cross_entropy.cpu().numpy(), args.prioritized_replay_eps)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+            # copy the network into the target network each time global_step passes a multiple of
+            # --target-network-frequency
+            if updates_due(global_step, args.num_envs, args.target_network_frequency):
+                target_network.load_state_dict(q_network.state_dict())
+
+        # Read the stop flag once: a signal landing between two reads must not skip the save.
+        stopping = stop.requested
+        last = iteration == args.num_iterations or stopping
+        saving = checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping)
+        sps = progress.sps(global_step)
+        logging = updates_due(global_step, args.num_envs, 1000)  # every 1,000 steps: no per-step host sync
+        if logging and loss is not None:
+            writer.add_scalar("losses/td_loss", loss.item(), global_step)
+            writer.add_scalar("losses/q_values", q_values.mean().item(), global_step)
+        if logging:
+            writer.add_scalar("charts/beta", beta, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            writer.add_scalar("charts/torch_threads", threads.count, global_step)
+            threads.update()  # fewer threads while another process computes on these cores
+        if logging or saving:  # a diverged run must never be saved
+            exit_if_diverged(
+                torch_all_finite(q_network, loss),
+                iteration=iteration,
+                global_step=global_step,
+                checkpoint_path=checkpoint_path,
+                resumed_from=args.resume,
+                writer=writer,
+                progress=progress,
+            )
+        if saving:  # with the buffer this is GBs: a slow save says what it cost
+            save_torch(checkpoint_path, training_state(iteration), progress, keep=args.keep_checkpoints)
+        if args.capture_video and (iteration % args.video_every == 0 or last):
+            videos.film(iteration, final=last)  # at most one evaluator at a time
+        progress.show(global_step, sps, recent_returns, final=last)
+        if stopping:
+            print(stopped_line(iteration, checkpoint_path))
+            break
+
+    if args.save_model:
+        print(f"model saved to {model_file(os.path.join(run_dir, f'{args.exp_name}.cleanrl_model'))}")
+    videos.finish()
+    envs.close()
+    record_end_step(writer, global_step)
+    writer.close()
