@@ -52,10 +52,12 @@ def marked_frames_command(script_path: str) -> list[str]:
     ]
 
 
-def run_on_marked_frames(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`run_script` on marked Atari frames: the learning task the Atari scripts' learning tests use."""
+def run_on_marked_frames(script: str, *args: str, lag: int = 0, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`run_script` on marked Atari frames: the learning task the Atari scripts' learning tests use; `lag` > 0 is
+    the memory task (tests/marked_frames.py)."""
     command = [*marked_frames_command(os.path.join(REPO, "cleanrl", f"{script}.py")), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    env = {**os.environ, "MARKED_FRAMES_LAG": str(lag)}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess, fragments: list[str], ignore_warnings: bool = False) -> None:

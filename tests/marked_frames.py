@@ -15,7 +15,13 @@ the same reward.
 
     python -c "$(python -c 'import marked_frames; print(marked_frames.BOOTSTRAP)')" SCRIPT ARGS...
 runs SCRIPT as __main__ with envpool.make patched (tests pass BOOTSTRAP with `-c`).
+
+A memory task for the recurrent scripts: with MARKED_FRAMES_LAG=L in the environment, the reward follows the band
+of the frame L steps before the one the action was chosen on (0 while that frame is from before the game began).
+With one frame per observation, a policy without memory earns at most 1/2 a step, one that remembers L bands 1.
 """
+
+import os
 
 import numpy as np
 
@@ -35,12 +41,14 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 class MarkedFrames:
     """Wraps an EnvPool Atari pool (sync `step`, or async `send`/`recv`); everything else is the pool's own."""
 
-    def __init__(self, envs, seed: int):
+    def __init__(self, envs, seed: int, lag: int = 0):
         self.envs = envs
         num_envs, stack = envs.config["num_envs"], envs.config["stack_num"]
         self.rng = np.random.default_rng(seed)
         self.bands = np.zeros((num_envs, stack), dtype=bool)  # per env, oldest to newest frame
         self.sent = np.zeros(num_envs, dtype=np.int64)  # the last action sent to each env
+        # per env, the bands of the last lag + 1 frames of this game, oldest first: 1 white, 0 black, -1 none yet
+        self.lagged = np.full((num_envs, lag + 1), -1, dtype=np.int8)
 
     def __getattr__(self, name: str):
         return getattr(self.envs, name)
@@ -48,12 +56,15 @@ class MarkedFrames:
     def _mark(self, obs: np.ndarray, rewards: np.ndarray, info: dict) -> tuple[np.ndarray, np.ndarray]:
         env_id = np.asarray(info["env_id"])
         new_game = np.asarray(info["elapsed_step"]) == 0
-        shown = self.bands[env_id, -1]  # the band of the frame each action was chosen on
-        earned = np.where(shown, self.sent[env_id] == WHITE_ACTION, self.sent[env_id] == BLACK_ACTION)
-        rewards = np.where(new_game, 0.0, earned.astype(np.float32)).astype(np.float32)
+        shown = self.lagged[env_id, 0]  # the band of the frame each action was chosen on, or lag frames before it
+        earned = np.where(shown == 1, self.sent[env_id] == WHITE_ACTION, self.sent[env_id] == BLACK_ACTION)
+        rewards = np.where(new_game | (shown < 0), 0.0, earned.astype(np.float32)).astype(np.float32)
         band = self.rng.random(len(env_id)) < 0.5
         history = np.concatenate([self.bands[env_id, 1:], band[:, None]], axis=1)
         self.bands[env_id] = np.where(new_game[:, None], band[:, None], history)
+        lagged = np.concatenate([self.lagged[env_id, 1:], band[:, None].astype(np.int8)], axis=1)
+        lagged[new_game, :-1] = -1
+        self.lagged[env_id] = lagged
         obs = np.array(obs)
         obs[:, :, :BAND_ROWS, :] = np.where(self.bands[env_id], 255, 0).astype(obs.dtype)[:, :, None, None]
         info["reward"] = rewards.copy()
@@ -91,6 +102,7 @@ def patch_envpool() -> None:
     make = envpool.make
 
     def marked_make(*args, **kwargs):
-        return MarkedFrames(make(*args, **kwargs), seed=int(kwargs.get("seed", 0)) + 12345)
+        lag = int(os.environ.get("MARKED_FRAMES_LAG", "0"))
+        return MarkedFrames(make(*args, **kwargs), seed=int(kwargs.get("seed", 0)) + 12345, lag=lag)
 
     envpool.make = marked_make
