@@ -377,6 +377,26 @@ class Rollout:
     initial_state: RecurrentState  # entering row 0, before its reset: the update unrolls each sequence from it
     prev_episode_over: torch.Tensor  # (N,): row 0 is stale
 
+    @classmethod
+    def zeros(cls, num_steps: int, agent: Agent, envs, obs_dtype: torch.dtype, device: torch.device) -> "Rollout":
+        """Empty storage. Observations are kept in the network's memory layout: a minibatch converts dtype only."""
+        num_envs, obs_shape = envs.config["num_envs"], envs.single_observation_space.shape
+        layout = torch.channels_last if agent.channels_last else torch.contiguous_format
+        obs = torch.zeros((num_steps * num_envs,) + obs_shape, dtype=obs_dtype, device=device)
+        rows = (num_steps, num_envs)
+        return cls(
+            obs=obs.contiguous(memory_format=layout).view(rows + obs_shape),
+            actions=torch.zeros(rows, dtype=torch.long, device=device),
+            logprobs=torch.zeros(rows, device=device),
+            values=torch.zeros((num_steps + 1, num_envs), device=device),
+            rewards=torch.zeros(rows, device=device),
+            terminations=torch.zeros(rows, dtype=torch.bool, device=device),
+            truncations=torch.zeros(rows, dtype=torch.bool, device=device),
+            resets=torch.zeros(rows, dtype=torch.bool, device=device),
+            initial_state=agent.initial_state(num_envs, device),
+            prev_episode_over=torch.zeros(num_envs, dtype=torch.bool, device=device),
+        )
+
 
 @dataclass
 class Carry:
@@ -531,25 +551,9 @@ if __name__ == "__main__":
         weights = dict(model_state_dict=agent.state_dict(), optimizer_state_dict=optimizer.state_dict())
         return counters | weights | {"rng": torch_rng_states()}
 
-    # ALGO Logic: Storage setup. Observations stay uint8 (4x less memory traffic than float32), in the network's
-    # memory layout, so a minibatch converts dtype only, not layout.
+    # ALGO Logic: Storage setup. Observations stay uint8 (4x less memory traffic than float32).
     obs_dtype = torch.uint8 if args.uint8_obs else torch.float32
-    obs_shape = envs.single_observation_space.shape
-    layout = torch.channels_last if agent.channels_last else torch.contiguous_format
-    obs = torch.zeros((args.num_steps * args.num_envs,) + obs_shape, dtype=obs_dtype, device=device)
-    rows = (args.num_steps, args.num_envs)
-    storage = Rollout(
-        obs=obs.contiguous(memory_format=layout).view(rows + obs_shape),
-        actions=torch.zeros(rows, dtype=torch.long, device=device),
-        logprobs=torch.zeros(rows, device=device),
-        values=torch.zeros((args.num_steps + 1, args.num_envs), device=device),
-        rewards=torch.zeros(rows, device=device),
-        terminations=torch.zeros(rows, dtype=torch.bool, device=device),
-        truncations=torch.zeros(rows, dtype=torch.bool, device=device),
-        resets=torch.zeros(rows, dtype=torch.bool, device=device),
-        initial_state=agent.initial_state(args.num_envs, device),
-        prev_episode_over=torch.zeros(args.num_envs, dtype=torch.bool, device=device),
-    )
+    storage = Rollout.zeros(args.num_steps, agent, envs, obs_dtype, device)
     recent_returns: list[float] = []  # whole games (all lives), unclipped
 
     progress = ProgressLine(global_step, args.num_iterations * args.batch_size, "games")  # and SPS from here

@@ -60,19 +60,7 @@ def rollouts():
     torch.manual_seed(3)
     envs = lstm.make_env("Breakout-v5", NUM_ENVS, seed=7, max_episode_steps=LIMIT)
     agent = lstm.Agent(envs.single_action_space.n)
-    rows = (NUM_STEPS, NUM_ENVS)
-    storage = lstm.Rollout(
-        obs=torch.zeros(rows + envs.single_observation_space.shape, dtype=torch.uint8),
-        actions=torch.zeros(rows, dtype=torch.long),
-        logprobs=torch.zeros(rows),
-        values=torch.zeros((NUM_STEPS + 1, NUM_ENVS)),
-        rewards=torch.zeros(rows),
-        terminations=torch.zeros(rows, dtype=torch.bool),
-        truncations=torch.zeros(rows, dtype=torch.bool),
-        resets=torch.zeros(rows, dtype=torch.bool),
-        initial_state=agent.initial_state(NUM_ENVS, torch.device("cpu")),
-        prev_episode_over=torch.zeros(NUM_ENVS, dtype=torch.bool),
-    )
+    storage = lstm.Rollout.zeros(NUM_STEPS, agent, envs, torch.uint8, torch.device("cpu"))
     obs, _ = envs.reset()
     carry = lstm.Carry(
         obs=torch.from_numpy(obs),
