@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
-from helpers import only_run_dir, read_scalars, run_script
+from helpers import only_run_dir, read_scalars, run_on_marked_frames, run_script
 
 import cleanrl.ppo_atari_envpool as ppo_atari
 import cleanrl.ppo_atari_lstm_envpool as lstm
@@ -226,6 +226,26 @@ def test_evaluation_restarts_the_state_as_training_does():
     assert (rows["actions"] == expected["greedy"]).mean() > 0.99  # float ties aside, every one
     counts = np.bincount(rows["actions"].ravel(), minlength=4)
     assert (counts >= 5).sum() >= 3, counts  # play that depends on the frames and the memory
+
+
+# ---- learning ----
+
+# Marked Pong frames (tests/marked_frames.py), one frame per observation: +1 for RIGHT on a white band, LEFT on a
+# black one. Random play earns 64/6 = 10.7 in a 64-step game, a policy blind to the band at most 32. Everything the
+# policy reads passes through the LSTM. lr 1e-3 and 8 envs x 32 steps (4x the updates per step of the defaults),
+# fp32, one thread (as calibrated, on every CPU kind). Calibration on the 2-core AMD EPYC (Zen 4), 10,240 steps:
+# last-20-game means 58.1, 57.6, 56.6 on seeds 1, 2, 3 (first-20 13.8, 13.1, 13.5), 80-180 s each beside other
+# work. At the defaults (lr 2.5e-4, 128 steps, 2 epochs) seed 1 had only 24.6 after 20,480 steps.
+MARKED = ["--env-id", "Pong-v5", "--max-episode-steps", "64", "--total-timesteps", "10240", "--num-steps", "32"]
+MARKED += ["--learning-rate", "1e-3", "--precision", "fp32", "--torch-threads", "1"]
+
+
+def test_learns_to_read_the_frame_through_the_lstm(tmp_path):
+    result = run_on_marked_frames(SCRIPT, *MARKED, "--seed", "1", "--log-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    returns = [value for _, value in read_scalars(only_run_dir(tmp_path))["charts/episodic_return"]]
+    assert np.mean(returns[:20]) < 20, returns[:20]  # random play first
+    assert np.mean(returns[-20:]) > 40, returns[-20:]  # far above any policy blind to the band
 
 
 # ---- a short run: tags, saved model, evaluation, resume ----
