@@ -10,10 +10,11 @@ SPS is taken from the runs' own `charts/SPS` event wall times, from the first lo
 to the last, so start-up (env creation, the first iteration's kernel selection, an off-policy run's random
 warm-up) is not counted. The reference of the PPO Atari scripts is CleanRL's loop (benchmark/
 ppo_atari_envpool_cleanrl_layout.py; the torch.distributed one runs as 2 processes x 4 envs under torchrun, the same
-8 x 128 batch), and for the LSTM script CleanRL's ppo_atari_lstm.py loop (benchmark/
-ppo_atari_lstm_envpool_cleanrl_layout.py); of SAC, its CleanRL-layout baseline; TD3, DDPG and DQN Atari have no CleanRL-
-layout baseline here: their reference is the same script with every lever at its old fixed value (fp32, one torch
-thread per core), which is what CleanRL's scripts run. Pause other work on the machine while it runs.
+8 x 128 batch), of the LSTM script CleanRL's ppo_atari_lstm.py loop (benchmark/ppo_atari_lstm_envpool_cleanrl_layout.py),
+of PQN CleanRL's pqn_atari_envpool.py loop (benchmark/pqn_atari_envpool_cleanrl_layout.py), of SAC its CleanRL-layout
+baseline. TD3, DDPG and the replay scripts on Atari (DQN, C51, Rainbow, discrete SAC) have no CleanRL-layout baseline
+here: their reference is the same script with every lever at its old fixed value (fp32, one torch thread per core),
+which is what CleanRL's scripts run. Pause other work on the machine while it runs.
 """
 
 import argparse
@@ -63,8 +64,16 @@ ROWS = [
         ["benchmark/ppo_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
     Row("ppo_atari_lstm_envpool", ["cleanrl/ppo_atari_lstm_envpool.py", "--env-id", "Pong-v5"], "CleanRL layout",
         ["benchmark/ppo_atari_lstm_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 10240, 2048, 3072),
+    Row("pqn_atari_envpool", ["cleanrl/pqn_atari_envpool.py", "--env-id", "Pong-v5"], "CleanRL layout",
+        ["benchmark/pqn_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
     Row("dqn_atari_envpool", ["cleanrl/dqn_atari_envpool.py", *DQN_ATARI], "the script, fp32, threads = cores",
         ["cleanrl/dqn_atari_envpool.py", *DQN_ATARI, "--channels-last", "off", *OLD_LEVERS], 5000, 2000, 3000),
+    Row("c51_atari_envpool", ["cleanrl/c51_atari_envpool.py", *DQN_ATARI], "the script, fp32, threads = cores",
+        ["cleanrl/c51_atari_envpool.py", *DQN_ATARI, "--channels-last", "off", *OLD_LEVERS], 5000, 2000, 3000),
+    Row("rainbow_atari_envpool", ["cleanrl/rainbow_atari_envpool.py", *DQN_ATARI], "the script, fp32, threads = cores",
+        ["cleanrl/rainbow_atari_envpool.py", *DQN_ATARI, "--channels-last", "off", *OLD_LEVERS], 5000, 2000, 3000),
+    Row("sac_atari_envpool", ["cleanrl/sac_atari_envpool.py", *DQN_ATARI], "the script, fp32, threads = cores",
+        ["cleanrl/sac_atari_envpool.py", *DQN_ATARI, "--channels-last", "off", *OLD_LEVERS], 5000, 2000, 3000),
     Row("sac_continuous_action_envpool", ["cleanrl/sac_continuous_action_envpool.py", *OFF_POLICY], "CleanRL layout",
         ["benchmark/sac_continuous_action_cleanrl_layout.py", *OFF_POLICY], 4000, 2000, 3000),
     Row("td3_continuous_action_envpool", ["cleanrl/td3_continuous_action_envpool.py", *OFF_POLICY],
