@@ -253,8 +253,8 @@ class ReplayBuffer:
 
     n-step returns are computed at sampling time from the one-step rows (`n_step_window`), not at insertion with a
     per-env pending window. Reasons: the ring stores every step once already, so a window is n cheap gathers of a
-    32-row batch; the boundary rules then live in one function, over the same flags that keep stale steps out; a
-    checkpoint needs no pending windows per env; and --n-step, --gamma could change without touching stored data.
+    32-row batch; the boundary rules then live in one function, over the same flags that keep stale steps out; and a
+    checkpoint needs no pending windows per env.
     A window from t walks k = 0, 1, ..: it adds gamma^k r_{t+k}, and stops at a termination (bootstrap discount 0),
     at a row whose successor is not a valid transition (a truncation, followed by its stale step, or the end of the
     stored stream: bootstrap from observation t+k+1, the real last one, with gamma^(k+1)), or after n rows (bootstrap

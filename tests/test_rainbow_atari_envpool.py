@@ -228,13 +228,14 @@ def test_noisy_layers_resample_in_training_and_evaluate_on_their_means():
 # untried action on one band kept a Q-value about 0.1 under the tried one, too close for the noise to flip: seeds 2
 # and 3 stayed at about 32 through 3,000 steps whatever n, gamma or the support; sigma_0 1.0 freed seed 3 only;
 # sigma_0 2.0 all three. n = 3 (the default), gamma 0.5 and the support [-2, 4] (a game is worth at most 2
-# discounted: finer atoms), 4 envs, learning from step 500, lr 1e-3, target copied every 500 steps, fp32 and one
-# thread. Calibration, seeds 1, 2, 3 at 3,000 steps: first-8-game means 28.8, 0.0, 0.1; last-20-game means 64.0,
-# 64.0, 60.2 (all three at 64 from about step 2,100). 189 s each, three at once beside other runs on the 2-core EPYC.
+# discounted: finer atoms), 4 envs, learning from step 500, batch 16, lr 1e-3, target copied every 500 steps, fp32
+# and one thread. Calibration, seeds 1, 2, 3 at 3,000 steps: first-8-game means 28.8, 0.0, 0.1; last-20-game means
+# 64.0, 64.0, 53.5, every seed at 64 for its last 12 games (batch 32: 64.0, 64.0, 60.2, but 189 s against 142 s a run,
+# three at once beside other runs on the 2-core EPYC).
 MARKED = ["--env-id", "Pong-v5", "--max-episode-steps", "64", "--total-timesteps", "3000", "--learning-starts", "500"]
 MARKED += ["--buffer-size", "3000", "--num-envs", "4", "--precision", "fp32", "--target-network-frequency", "500"]
 MARKED += ["--learning-rate", "1e-3", "--gamma", "0.5", "--v-min", "-2", "--v-max", "4", "--noisy-std", "2.0"]
-MARKED += ["--torch-threads", "1"]
+MARKED += ["--batch-size", "16", "--torch-threads", "1"]
 
 
 def test_learns_to_read_the_newest_frame_and_evaluates_its_model(tmp_path):
@@ -244,7 +245,7 @@ def test_learns_to_read_the_newest_frame_and_evaluates_its_model(tmp_path):
     scalars = read_scalars(run_dir)
     assert TAGS <= set(scalars), TAGS - set(scalars)
     returns = [value for _, value in scalars["charts/episodic_return"]]
-    assert np.mean(returns[:8]) < 32, returns[:8]  # blind play first
+    assert np.mean(returns[:8]) < 36, returns[:8]  # blind play first (at most 32 expected; 8 games of coin flips)
     assert np.mean(returns[-20:]) > 48, returns[-20:]  # far above any policy that cannot see the band
     ((step, beta),) = scalars["charts/beta"][-1:]  # the last iteration's: from step 2,996 (4 envs) toward 1 at 3,000
     assert step == 3000 and abs(beta - (0.4 + 0.6 * 2996 / 3000)) < 1e-6
