@@ -114,6 +114,9 @@ class Args:
     """time limit per game in agent steps (27,000 = 108,000 frames); reaching it truncates"""
     lstm_size: int = 128
     """the LSTM's hidden size (CleanRL's ppo_atari_lstm.py: 512 CNN features in, 128 out)"""
+    actor_init_std: float = 0.01
+    """the gain of the actor's orthogonal init (CleanRL: 0.01, a near-uniform first policy). On a one-step memory
+    task 0.01 stalls at the memoryless bound while 1.0 learns it: see docs/ppo.md"""
 
     # Speed levers: each keeps the learning curve (see README); auto picks what is fastest on this machine
     precision: Literal["auto", "fp32", "bf16"] = "auto"
@@ -137,7 +140,7 @@ def validate_args(args: Args) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
-    check_positive(args, "max_episode_steps", "lstm_size")
+    check_positive(args, "max_episode_steps", "lstm_size", "actor_init_std")
     if args.num_envs % args.num_minibatches != 0:
         # A minibatch is whole env sequences, unrolled from the rollout's stored initial state.
         sys.exit(
@@ -193,7 +196,14 @@ class PolicyOutput(NamedTuple):
 class Agent(nn.Module):
     """Nature CNN trunk on one frame, an LSTM, and a categorical actor and a value head on the LSTM's output."""
 
-    def __init__(self, num_actions: int, lstm_size: int = 128, bf16: bool = False, channels_last: bool = False):
+    def __init__(
+        self,
+        num_actions: int,
+        lstm_size: int = 128,
+        actor_init_std: float = 0.01,
+        bf16: bool = False,
+        channels_last: bool = False,
+    ):
         super().__init__()
         self.network = nn.Sequential(
             layer_init(nn.Conv2d(1, 32, 8, stride=4)),
@@ -209,7 +219,7 @@ class Agent(nn.Module):
         self.lstm = nn.LSTM(512, lstm_size)
         for name, param in self.lstm.named_parameters():  # CleanRL's init: orthogonal weights, zero biases
             nn.init.constant_(param, 0) if "bias" in name else nn.init.orthogonal_(param, 1.0)
-        self.actor = layer_init(nn.Linear(lstm_size, num_actions), std=0.01)
+        self.actor = layer_init(nn.Linear(lstm_size, num_actions), std=actor_init_std)
         self.critic = layer_init(nn.Linear(lstm_size, 1), std=1)
         self.bf16, self.channels_last = bf16, channels_last
         if channels_last:
@@ -287,7 +297,9 @@ def evaluation_player(
     render_mode = "rgb_array" if render else None
     envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"], render_mode=render_mode)
     bf16, channels_last = play_in_bf16(train_args, device), train_args["channels_last"] == "on"
-    agent = Agent(envs.single_action_space.n, train_args["lstm_size"], bf16=bf16, channels_last=channels_last)
+    agent = Agent(
+        envs.single_action_space.n, train_args["lstm_size"], bf16=bf16, channels_last=channels_last
+    )  # weights: loaded
     agent.load_state_dict(saved["model_state_dict"])
     agent.to(device).eval()
     playing = PlayingEnvs(envs, StateResets(num_envs, device))
@@ -527,6 +539,7 @@ if __name__ == "__main__":
     agent = Agent(
         envs.single_action_space.n,
         args.lstm_size,
+        args.actor_init_std,
         bf16=args.precision == "bf16",
         channels_last=args.channels_last == "on",
     ).to(device)
