@@ -1,10 +1,9 @@
-# Rainbow for Atari through EnvPool: C51's distributional loss with prioritised replay, n-step returns, double-Q
-# action selection, a dueling head and noisy nets. Hessel et al., 2018, "Rainbow: Combining Improvements in Deep
-# Reinforcement Learning". Components and hyperparameters: CleanRL's rainbow_atari.py; the run plumbing and the
-# frame-deduplicating replay (right under next-step autoreset) are c51_atari_envpool.py's.
-# Autoreset semantics: "The Value of Autoresetting" (Gymnasium), next-step mode.
-# Words: with episodic_life an *episode* ends at every life loss (the TD targets see those); a *game* is
-# all lives, and charts/episodic_return reports whole games.
+# Rainbow (Hessel et al., 2018) for Atari through EnvPool: C51's distributional loss with prioritised replay, n-step
+# returns, double-Q action selection, a dueling head and noisy nets. Components and hyperparameters: CleanRL's
+# rainbow_atari.py; run plumbing and the frame-deduplicating replay (right under next-step autoreset, "The Value of
+# Autoresetting", Gymnasium): c51_atari_envpool.py's. Details and their reasons: docs/pqn_c51_rainbow.md.
+# Words: with episodic_life an *episode* ends at every life loss (the TD targets see those); a *game* is all lives,
+# and charts/episodic_return reports whole games.
 from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stopped_line
 
 if __name__ == "__main__":
@@ -73,20 +72,15 @@ class Args:
     log_dir: str = "runs"
     """the folder the run's tensorboard events (and saved model) go under"""
     checkpoint_every: int = 0
-    """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (one iteration = one step
-    of every env; 0: only at Ctrl-C and at the end)"""
+    """save a resumable checkpoint to `runs/{run_name}/checkpoint.pt` every N iterations (0: at Ctrl-C and the end)"""
     keep_checkpoints: bool = False
-    """keep every checkpoint as `checkpoint-{global_step}.pt` too, to evaluate the run's best point afterwards:
-    `python -m cleanrl_utils.evaluate --model-path runs/{run_name} --greedy` (with the replay buffer in each, a kept checkpoint is as large as the buffer: see --checkpoint-buffer)"""
+    """keep every checkpoint as `checkpoint-{global_step}.pt` too, to evaluate the run's best point afterwards (each as large as the buffer: see --checkpoint-buffer)"""
     checkpoint_buffer: bool = True
-    """put the replay buffer and its priorities in the checkpoint (1M transitions: about 7 GB on disk); with
-    --no-checkpoint-buffer a resumed run refills an empty buffer for --learning-starts steps before it trains again"""
+    """put the replay buffer and its priorities in the checkpoint (1M transitions: about 7 GB); without, a resumed run refills it for --learning-starts steps"""
     resume: str | None = None
-    """continue from a checkpoint: same run folder, args, step counter, beta schedule, Q-networks (noise included),
-    Adam, RNG states and replay buffer with its priorities"""
+    """continue from a checkpoint: run folder, args, step counter, beta schedule, networks (noise included), Adam, RNG states, replay buffer with priorities"""
     capture_video: bool = False
-    """film an evaluation game to `runs/{run_name}/videos/` every --video-every iterations and at the end, in a
-    separate process (the training envs never render)"""
+    """film an evaluation game to `runs/{run_name}/videos/` every --video-every iterations and at the end (a separate process)"""
     video_every: int = 250_000
     """iterations between evaluation videos with --capture-video"""
 
@@ -96,7 +90,7 @@ class Args:
     total_timesteps: int = 10_000_000
     """total timesteps of the experiments (agent steps, counting every env; frames = 4x)"""
     learning_rate: float = 6.25e-5
-    """the learning rate of the optimizer (Adam with eps 1.5e-4, CleanRL's rainbow_atari)"""
+    """the learning rate of the optimizer (Adam with eps 1.5e-4, as CleanRL)"""
     num_envs: int = 1
     """the number of parallel game environments (steps, train frequency and target updates count every env)"""
     buffer_size: int = 1_000_000
@@ -104,14 +98,13 @@ class Args:
     gamma: float = 0.99
     """the discount factor gamma"""
     n_step: int = 3
-    """the number of steps of each return (CleanRL's rainbow_atari: 3); cut short at a boundary"""
+    """the number of steps of each return (CleanRL: 3); cut short at a boundary"""
     prioritized_replay_alpha: float = 0.5
-    """how strongly priorities skew sampling, in [0, 1] (0: uniform; CleanRL's rainbow_atari: 0.5)"""
+    """how strongly priorities skew sampling, in [0, 1] (0: uniform; CleanRL: 0.5)"""
     prioritized_replay_beta: float = 0.4
-    """the importance-sampling exponent at step 0, in [0, 1], annealed linearly to 1 at --total-timesteps (CleanRL's
-    rainbow_atari: 0.4)"""
+    """the importance-sampling exponent at step 0, in [0, 1], linearly to 1 at --total-timesteps (CleanRL: 0.4)"""
     prioritized_replay_eps: float = 1e-6
-    """added to each sample's loss to make its priority (CleanRL's rainbow_atari: 1e-6)"""
+    """added to each sample's loss to make its priority (CleanRL: 1e-6)"""
     noisy_std: float = 0.5
     """sigma_0 of the factorised Gaussian noisy layers (initial sigma = sigma_0 / sqrt(fan-in); CleanRL: 0.5)"""
     n_atoms: int = 51
@@ -121,7 +114,7 @@ class Args:
     v_max: float = 10.0
     """the return of the support's highest atom"""
     target_network_frequency: int = 8_000
-    """the timesteps it takes to update the target network (CleanRL's rainbow_atari: 8,000)"""
+    """the timesteps it takes to update the target network (CleanRL: 8,000)"""
     batch_size: int = 32
     """the batch size of sample from the reply memory"""
     learning_starts: int = 80_000
@@ -148,8 +141,7 @@ class Args:
 
 
 def validate_args(args: Args, checkpoint: dict | None = None) -> None:
-    """Exit with one clear line (no traceback) on impossible settings, before anything is written. `checkpoint`: the
-    run is resumed from it."""
+    """Exit with one clear line (no traceback) on impossible settings, before anything is written (`checkpoint`: resumed)."""
     check_run_args(args)  # every float flag finite (NaN, inf) first
     check_positive(args, "n_step", "prioritized_replay_eps")
     # A window reads n rows past its transition while the 4 frames of its stack stay in the ring (see ReplayBuffer)
@@ -165,8 +157,8 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
         sys.exit(f"error: --v-min {args.v_min} must be below --v-max {args.v_max} (the support's two ends)")
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
-    # A resumed run's full ring is in memory already, in the loaded checkpoint, and the new buffer takes its arrays
-    # over (ReplayBuffer.load_state_dict): it needs only the rest. A partly filled ring is copied: it holds nothing.
+    # A resumed run's full ring is in memory already (the checkpoint), and ReplayBuffer.load_state_dict takes it over
+    # without a copy: only the rest is needed. A partly filled ring is copied: it holds nothing.
     saved = checkpoint["replay_buffer"] if checkpoint else {}
     full = bool(saved) and len(saved["frames"]) == args.buffer_size // args.num_envs
     held = sum(value.nbytes for value in saved.values() if isinstance(value, torch.Tensor)) if full else 0
@@ -174,28 +166,18 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
 
 
 def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000, render_mode: str | None = None):
-    """EnvPool Atari with the standard DeepMind preprocessing (84x84 grey, 4-frame stack,
-    frame-skip 4, up to 30 no-ops, fire on reset), life loss as termination and clipped rewards.
-    `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
-    `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
-    # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
-    return make_envpool(
-        env_id,
-        max_episode_steps,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        seed=seed,
-        episodic_life=True,
-        reward_clip=True,
-        render_mode=render_mode,
-    )
+    """EnvPool Atari with DeepMind's preprocessing (84x84 grey, 4-frame stack, frame-skip 4, up to 30 no-ops, fire on
+    reset), life loss as termination, clipped rewards (`info["reward"]` unclipped, `info["terminated"]`: game over).
+    The time limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
+    `render_mode="rgb_array"` (evaluation videos only): `render()` returns full RGB frames."""
+    atari = dict(episodic_life=True, reward_clip=True, render_mode=render_mode)
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed, **atari)
 
 
 class SumTree:
-    """Proportional prioritisation (Schaul et al., 2016): leaf j holds priority p_j, node i the sum of its children
-    2i and 2i + 1, the root (node 1) the total; a draw of mass u in [0, total) walks down to the leaf whose
-    cumulative range holds u, so leaf j is drawn with probability p_j / total. float64: sums over 1M leaves stay
-    exact to ~1e-10, and internal nodes are recomputed from their children (no running increments to drift)."""
+    """Proportional prioritisation (Schaul et al., 2016): leaf j holds p_j, node i the sum of children 2i and 2i + 1,
+    the root (node 1) the total; a mass u in [0, total) walks down to the leaf whose cumulative range holds it, so
+    leaf j is drawn with probability p_j / total. float64 sums, each node recomputed from its children: no drift."""
 
     def __init__(self, size: int):
         self.size, self.first_leaf = size, 1 << max(0, (size - 1).bit_length())
@@ -209,7 +191,7 @@ class SumTree:
         self.count += int(np.count_nonzero(priorities[last]) - np.count_nonzero(self.nodes[node]))
         self.nodes[node] = priorities[last]
         node = np.unique(node // 2)
-        while node[0] >= 1:
+        while node.size and node[0] >= 1:
             self.nodes[node] = self.nodes[2 * node] + self.nodes[2 * node + 1]
             node = np.unique(node // 2)
 
@@ -230,41 +212,27 @@ class SumTree:
         return node - self.first_leaf
 
     def load(self, leaf_priorities: np.ndarray) -> None:
-        """All leaves at once; the sums rebuilt level by level."""
-        self.nodes[:] = 0.0
-        self.nodes[self.first_leaf : self.first_leaf + len(leaf_priorities)] = leaf_priorities
-        level = self.first_leaf // 2
-        while level >= 1:
-            self.nodes[level : 2 * level] = self.nodes[2 * level : 4 * level : 2] + self.nodes[2 * level + 1 : 4 * level : 2]
-            level //= 2
-        self.count = int(np.count_nonzero(leaf_priorities))
+        """The first leaves set to these priorities, all others to 0 (a resumed buffer's)."""
+        self.nodes[:], self.count = 0.0, 0
+        self.set(np.arange(len(leaf_priorities)), leaf_priorities)
 
 
 class ReplayBuffer:
-    """Prioritised n-step replay of next-step autoreset envs, each frame stored once.
+    """Prioritised n-step replay of next-step autoreset envs, each frame stored once (dqn_atari_envpool.py's storage).
 
-    The storage is dqn_atari_envpool.py's: each env keeps a ring of single 84x84 frames, one per env step, and a
-    4-frame stack is rebuilt from the ring at sample time (EnvPool's stacking rule: a game starts with its first frame
-    repeated 4 times, `game_start`; after a life loss the frames run on). Ring slot `t % capacity` of env e holds the
-    frame of the env's t-th observation and the one-step transition that leaves from it. Autoreset: the step after a
-    boundary is stale (its action was ignored, its reward is 0, it leads to the reset observation): its transition is
-    marked `valid` False, never sampled and never part of a window; its frame is kept, as the real last observation
-    of the transition before it. A termination (life loss included) stores done = 1.
+    Each env keeps a ring of 84x84 frames: slot `t % capacity` holds the frame of observation t and the transition
+    that leaves from it; 4-frame stacks are rebuilt at sample time (EnvPool's rule: a new game repeats its first
+    frame, `game_start`; after a life loss the frames run on). The stale step after a boundary (action ignored,
+    reward 0) is `valid` False: never sampled, never in a window; its frame stays, the real last observation of the
+    transition before. A termination (life loss included) stores done = 1.
+    n-step windows are built at sample time from the one-step rows (`n_step_window`; why: the docs page). A window from t
+    adds gamma^k r_{t+k} and stops at a termination (discount 0), before a row that is not a valid transition (a
+    truncation's stale step, the end of the stored stream: bootstrap from observation t+k+1 with gamma^(k+1)), or
+    after n rows (observation t+n, gamma^n).
+    Priorities: transition t enters the sum tree once observation t+n is written (its window whole or cut), at the
+    largest priority so far, and leaves it when the ring overwrites a frame of its stack. Leaf = slot * num_envs + env."""
 
-    n-step returns are computed at sampling time from the one-step rows (`n_step_window`), not at insertion with a
-    per-env pending window. Reasons: the ring stores every step once already, so a window is n cheap gathers of a
-    32-row batch; the boundary rules then live in one function, over the same flags that keep stale steps out; and a
-    checkpoint needs no pending windows per env.
-    A window from t walks k = 0, 1, ..: it adds gamma^k r_{t+k}, and stops at a termination (bootstrap discount 0),
-    at a row whose successor is not a valid transition (a truncation, followed by its stale step, or the end of the
-    stored stream: bootstrap from observation t+k+1, the real last one, with gamma^(k+1)), or after n rows (bootstrap
-    from observation t+n with gamma^n).
-
-    Priorities: a transition enters the sum tree once observation t+n is written, at the largest priority seen so
-    far (so its window is whole, or cut by a boundary, when first drawn); its leaf goes back to 0 when the ring
-    overwrites any of the 4 frames of its stack. Leaf = slot * num_envs + env."""
-
-    STACK = 4
+    STACK, MAX_REDRAWS = 4, 100
 
     def __init__(self, buffer_size: int, num_envs: int, n_step: int = 3, gamma: float = 0.99, alpha: float = 0.5,
                  frame_shape: tuple[int, int] = (84, 84)):  # fmt: skip
@@ -274,9 +242,7 @@ class ReplayBuffer:
         self.frames = np.zeros(shape + frame_shape, dtype=np.uint8)
         self.actions = np.zeros(shape, dtype=np.uint8)  # Atari has at most 18 actions
         self.rewards = np.zeros(shape, dtype=np.float32)
-        self.dones = np.zeros(shape, dtype=bool)
-        self.valid = np.zeros(shape, dtype=bool)
-        self.game_start = np.zeros(shape, dtype=bool)
+        self.dones, self.valid, self.game_start = (np.zeros(shape, dtype=bool) for _ in range(3))
         self.tree = SumTree(self.capacity * num_envs)
         self.max_priority = 1.0  # the largest |loss| + eps so far (CleanRL's start: 1); stored as its alpha power
         self.num_obs = 0  # observations written per env (all envs step together)
@@ -317,8 +283,7 @@ class ReplayBuffer:
         self.num_obs += 1
 
     def n_step_window(self, t: np.ndarray, env: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(return, bootstrap discount, bootstrap observation index) of the windows from valid transitions t of envs
-        `env` (the rules: the class docstring)."""
+        """(return, bootstrap discount, bootstrap observation index) of the windows from valid transitions t of `env`."""
         returns, discounts = np.zeros(len(t), dtype=np.float64), np.ones(len(t), dtype=np.float64)
         end, running = t + 1, np.ones(len(t), dtype=bool)
         for k in range(self.n_step):
@@ -345,20 +310,22 @@ class ReplayBuffer:
         return self.num_obs - 1 - (self.num_obs - 1 - slot) % self.capacity, env
 
     def sample_leaves(self, batch_size: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
-        """Leaves drawn in proportion to their priorities, stratified as CleanRL does (one draw in each of
-        `batch_size` equal slices of the total), numpy's global RNG; and their importance weights
-        (N P(i))^-beta / max_j (N P(j))^-beta over the batch, N = the leaves with a priority."""
+        """Leaves drawn in proportion to their priorities, stratified as CleanRL (one draw in each of `batch_size` equal
+        slices of the total; numpy's global RNG), and their importance weights (N P(i))^-beta divided by the batch's
+        largest, N = the leaves with a priority. RuntimeError if the tree is corrupt (zero leaves under a nonzero sum)."""
         total = self.tree.total()
         mass = (np.arange(batch_size) + np.random.random(batch_size)) * (total / batch_size)
         leaves = self.tree.find(np.minimum(mass, np.nextafter(total, 0)))
+        redraws = 0
         while (empty := self.tree.priorities(leaves) == 0).any():  # float rounding at a slice edge: rare
+            if (redraws := redraws + 1) > self.MAX_REDRAWS:  # a correct tree: rarely one redraw, never 100 in a row
+                raise RuntimeError(f"internal error: the sum tree kept drawing zero-priority leaves (total {total})")
             leaves[empty] = self.tree.find(np.random.random(empty.sum()) * total)
         weights = (self.tree.count * self.tree.priorities(leaves) / total) ** -beta
         return leaves, (weights / weights.max()).astype(np.float32)
 
     def sample(self, batch_size: int, beta: float, device: torch.device, obs_dtype=torch.uint8):
-        """(obs, actions, n-step returns, bootstrap obs, bootstrap discounts, importance weights) on `device`, and the
-        leaves drawn (numpy) for `update_priorities`."""
+        """(obs, actions, n-step returns, bootstrap obs, discounts, importance weights) on `device`; the leaves drawn."""
         leaves, weights = self.sample_leaves(batch_size, beta)
         t, env = self.leaf_transitions(leaves)
         returns, discounts, end = self.n_step_window(t, env)
@@ -385,9 +352,8 @@ class ReplayBuffer:
         return arrays | counters
 
     def load_state_dict(self, state: dict) -> None:
-        """A saved buffer back into this one. A full ring is taken over without a copy (a resumed run then holds
-        one buffer in memory, not two); a partly filled one is copied into the first rows. An empty dict (a
-        checkpoint saved with --no-checkpoint-buffer) leaves the buffer empty. ValueError if it does not fit."""
+        """A saved buffer back: a full ring taken over without a copy (one buffer in memory, not two), a partly filled
+        one copied into the first rows, an empty dict (--no-checkpoint-buffer) ignored. ValueError if it does not fit."""
         if not state:
             return
         if int(state["capacity"]) != self.capacity:
@@ -411,10 +377,9 @@ class ReplayBuffer:
 
 
 class NoisyLinear(nn.Module):
-    """A linear layer with learned factorised Gaussian noise (Fortunato et al., 2018): w = mu_w + sigma_w * eps_w,
-    eps_w = f(eps_out) f(eps_in)^T, b = mu_b + sigma_b * f(eps_out), f(x) = sign(x) sqrt(|x|). Initialisation as
-    CleanRL's rainbow_atari: mu ~ U(+-1/sqrt(in)), sigma_w = sigma_0/sqrt(in), sigma_b = sigma_0/sqrt(out). In
-    `eval()` mode the layer uses the means: a deterministic greedy policy for evaluation."""
+    """Linear with learned factorised Gaussian noise (Fortunato et al., 2018): w = mu_w + sigma_w * f(eps_out) f(eps_in)^T,
+    b = mu_b + sigma_b * f(eps_out), f(x) = sign(x) sqrt(|x|); CleanRL's init: mu ~ U(+-1/sqrt(in)), sigma_w =
+    sigma_0/sqrt(in), sigma_b = sigma_0/sqrt(out). `eval()` uses the means: a deterministic greedy evaluation."""
 
     def __init__(self, in_features: int, out_features: int, std_init: float = 0.5):
         super().__init__()
@@ -429,11 +394,9 @@ class NoisyLinear(nn.Module):
         self.reset_noise()
 
     def reset_noise(self) -> None:
-        def scaled(size: int) -> torch.Tensor:
-            x = torch.randn(size, device=self.weight_mu.device)
-            return x.sign() * x.abs().sqrt()
-
-        eps_in, eps_out = scaled(self.weight_mu.shape[1]), scaled(self.weight_mu.shape[0])
+        out_features, in_features = self.weight_mu.shape
+        eps_in, eps_out = (torch.randn(size, device=self.weight_mu.device) for size in (in_features, out_features))
+        eps_in, eps_out = (x.sign() * x.abs().sqrt() for x in (eps_in, eps_out))  # f(x), the class docstring
         self.weight_epsilon.copy_(torch.outer(eps_out, eps_in))
         self.bias_epsilon.copy_(eps_out)
 
@@ -445,23 +408,18 @@ class NoisyLinear(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """CleanRL's NoisyDuelingDistributionalNetwork: the Nature CNN trunk, then a value stream and an advantage stream,
-    each a noisy 512-unit hidden layer and a noisy output of `n_atoms` logits (per action for the advantage);
-    logits = V + A - mean_a A (dueling, on the logits as CleanRL), a softmax over each action's atoms gives its
-    return distribution on the support `atoms`, and Q is that distribution's mean."""
+    """CleanRL's NoisyDuelingDistributionalNetwork: the Nature CNN, then a value and an advantage stream, each a noisy
+    512-unit layer and a noisy output of `n_atoms` logits (per action for the advantage); V + A - mean_a A (dueling
+    on the logits, as CleanRL), softmaxed over each action's atoms, is its return distribution on `atoms`."""
 
     def __init__(self, num_actions: int, n_atoms: int, v_min: float, v_max: float, std_init: float = 0.5,
                  bf16: bool = False, channels_last: bool = False):  # fmt: skip
         super().__init__()
         self.network = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-        )
+            nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(),
+        )  # fmt: skip
         self.num_actions, self.n_atoms = num_actions, n_atoms
         self.register_buffer("atoms", torch.linspace(v_min, v_max, steps=n_atoms))
         self.value_hidden, self.value_out = NoisyLinear(3136, 512, std_init), NoisyLinear(512, n_atoms, std_init)
@@ -477,10 +435,9 @@ class QNetwork(nn.Module):
                 layer.reset_noise()
 
     def pmfs(self, obs: torch.Tensor, bf16: bool | None = None) -> torch.Tensor:
-        """(B, actions, atoms) float32: each action's probabilities over the support. `bf16` overrides the network's
-        setting for one call (acting on a few observations is faster in fp32)."""
+        """(B, actions, atoms) float32: each action's probabilities. `bf16`: the network's setting, overridden."""
         bf16 = self.bf16 if bf16 is None else bf16
-        # uint8 0..255 (float32 with --no-uint8-obs); integers up to 256 are exact in bf16: one cast, straight there.
+        # uint8 0..255 (float32 with --no-uint8-obs): integers up to 256 are exact in bf16, so one cast goes straight there
         dtype = torch.bfloat16 if bf16 else torch.float32
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
         x = obs.to(dtype=dtype, memory_format=memory_format)
@@ -490,8 +447,7 @@ class QNetwork(nn.Module):
             hidden = self.network[1:](nn.functional.conv2d(x, conv1.weight * (1.0 / 255.0), conv1.bias, stride=4))
             value_hidden = nn.functional.relu(self.value_hidden(hidden))
             advantage_hidden = nn.functional.relu(self.advantage_hidden(hidden))
-        # The output layers and the softmax run in fp32: 51 probabilities, some near 1e-3, and their logarithms in the
-        # loss, are beyond bf16's 8-bit mantissa.
+        # Output layers and softmax in fp32: 51 probabilities, some near 1e-3, and their logs are beyond bf16's mantissa.
         value = self.value_out(value_hidden.float()).view(len(obs), 1, self.n_atoms)
         advantage = self.advantage_out(advantage_hidden.float()).view(len(obs), self.num_actions, self.n_atoms)
         return torch.softmax(value + advantage - advantage.mean(dim=1, keepdim=True), dim=2)
@@ -504,13 +460,11 @@ class QNetwork(nn.Module):
 def evaluation_player(
     saved: dict, *, num_envs: int, seed: int, device: torch.device, greedy: bool, epsilon: float, render: bool
 ) -> Player:
-    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): whole games,
-    every life, filmed by EnvPool's own renderer. The noisy layers play their means (`eval()`: no noise, so a
-    greedy evaluation is deterministic), epsilon-greedy on the Q-values as CleanRL evaluates DQN (a uniformly random
-    action with probability `epsilon`, 0 with `greedy`; coin flips seeded with `seed`)."""
+    """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): whole games, filmed
+    by EnvPool's renderer, the noisy layers on their means (`eval()`: a greedy evaluation is deterministic),
+    epsilon-greedy as CleanRL evaluates DQN (`epsilon`, 0 with `greedy`; coin flips seeded with `seed`)."""
     train_args = saved["args"]
-    render_mode = "rgb_array" if render else None
-    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"], render_mode=render_mode)
+    envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"], "rgb_array" if render else None)
     num_actions = int(envs.single_action_space.n)
     bf16, channels_last = play_in_bf16(train_args, device), train_args["channels_last"] == "on"
     support = (train_args["n_atoms"], train_args["v_min"], train_args["v_max"], train_args["noisy_std"])
@@ -529,10 +483,9 @@ def evaluation_player(
 
 
 def project_distribution(next_pmfs: torch.Tensor, returns: torch.Tensor, discounts: torch.Tensor, atoms: torch.Tensor):
-    """The C51 target (Bellemare et al., Algorithm 1) with a discount per sample: each atom z_j of the bootstrap
-    distribution moves to R + d z_j (R the n-step return, d = gamma^k for the k steps of the window, 0 after a
-    termination), is clipped into [v_min, v_max], and its probability is split between the two atoms around it in
-    proportion to closeness (all of it to an atom it lands on exactly). (batch, atoms)."""
+    """The C51 target (Bellemare et al., Algorithm 1), (batch, atoms), with a discount per sample: atom z_j of the
+    bootstrap distribution moves to R + d z_j (n-step return R, d = gamma^k or 0 after a termination), clipped into
+    [v_min, v_max]; its probability splits between the two atoms around it by closeness (all to one it hits)."""
     v_min, v_max, n_atoms = atoms[0], atoms[-1], len(atoms)
     delta_z = (v_max - v_min) / (n_atoms - 1)
     moved = (returns[:, None] + discounts[:, None] * atoms[None]).clamp(v_min, v_max)
@@ -547,10 +500,9 @@ def project_distribution(next_pmfs: torch.Tensor, returns: torch.Tensor, discoun
 
 
 def td_loss(q_network: QNetwork, target_network: QNetwork, obs, actions, returns, next_obs, discounts, weights):
-    """Double-Q distributional loss: the online network picks the bootstrap action (the mean of its distributions),
-    the target network's distribution of that action is projected, and each sample's cross-entropy with Q's
-    distribution of the action taken is weighted by its importance weight. Returns (loss, per-sample cross-entropy
-    for the priorities, Q(s, a))."""
+    """Double-Q distributional loss: the online network picks the bootstrap action, the target network's distribution
+    of it is projected, and each sample's cross-entropy with Q's distribution of the action taken is weighted by its
+    importance weight. (loss, per-sample cross-entropy: the new priorities, Q(s, a))."""
     rows = torch.arange(len(obs), device=obs.device)
     with torch.no_grad():
         next_action = q_network(next_obs).argmax(dim=1)
@@ -560,11 +512,6 @@ def td_loss(q_network: QNetwork, target_network: QNetwork, obs, actions, returns
     cross_entropy = -(target * pmfs.clamp(min=1e-5, max=1 - 1e-5).log()).sum(dim=1)
     loss = (cross_entropy * weights).mean()
     return loss, cross_entropy.detach(), (pmfs.detach() * q_network.atoms).sum(dim=1)
-
-
-def beta_schedule(beta0: float, global_step: int, total_timesteps: int) -> float:
-    """The importance-sampling exponent: beta0 at step 0, linearly to 1 at the run's --total-timesteps (CleanRL)."""
-    return min(1.0, beta0 + global_step * (1.0 - beta0) / total_timesteps)
 
 
 def updates_due(global_step: int, num_envs: int, every: int) -> int:
@@ -614,19 +561,11 @@ if __name__ == "__main__":
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
-        torch.save(
-            {**WRITTEN_BY, "model_state_dict": q_network.state_dict(), "args": vars(args)},
-            path,
-        )
+        torch.save({**WRITTEN_BY, "model_state_dict": q_network.state_dict(), "args": vars(args)}, path)
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = WRITTEN_BY | dict(
-            run_name=run_name,
-            args=vars(args),
-            iteration=iteration,
-            global_step=global_step,
-        )
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         weights = dict(model_state_dict=q_network.state_dict(), target_state_dict=target_network.state_dict())
         weights |= dict(optimizer_state_dict=optimizer.state_dict())
         replay = dict(replay_buffer=rb.state_dict() if args.checkpoint_buffer else {})
@@ -650,8 +589,9 @@ if __name__ == "__main__":
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         # ALGO LOGIC: greedy on the noisy network, its noise as last resampled (before the last gradient step, as
-        # CleanRL's rainbow_atari): the noise explores, there is no epsilon.
-        beta = beta_schedule(args.prioritized_replay_beta, global_step, args.total_timesteps)
+        # CleanRL): the noise explores, there is no epsilon. Beta: linearly to 1 at the run's --total-timesteps.
+        beta0 = args.prioritized_replay_beta
+        beta = min(1.0, beta0 + global_step * (1.0 - beta0) / args.total_timesteps)
         with torch.no_grad():
             actions = q_network(torch.from_numpy(obs).to(device, obs_dtype), bf16=acting_bf16).argmax(dim=1).cpu().numpy()
         global_step += args.num_envs
@@ -687,8 +627,7 @@ if __name__ == "__main__":
                 loss.backward()
                 optimizer.step()
 
-            # copy the network into the target network each time global_step passes a multiple of
-            # --target-network-frequency
+            # the target network copies Q each time global_step passes a multiple of --target-network-frequency
             if updates_due(global_step, args.num_envs, args.target_network_frequency):
                 target_network.load_state_dict(q_network.state_dict())
 
@@ -707,15 +646,8 @@ if __name__ == "__main__":
             writer.add_scalar("charts/torch_threads", threads.count, global_step)
             threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
-            exit_if_diverged(
-                torch_all_finite(q_network, loss),
-                iteration=iteration,
-                global_step=global_step,
-                checkpoint_path=checkpoint_path,
-                resumed_from=args.resume,
-                writer=writer,
-                progress=progress,
-            )
+            where = dict(iteration=iteration, global_step=global_step, checkpoint_path=checkpoint_path, writer=writer)
+            exit_if_diverged(torch_all_finite(q_network, loss), **where, resumed_from=args.resume, progress=progress)
         if saving:  # with the buffer this is GBs: a slow save says what it cost
             save_torch(checkpoint_path, training_state(iteration), progress, keep=args.keep_checkpoints)
         if args.capture_video and (iteration % args.video_every == 0 or last):

@@ -1,8 +1,8 @@
 """cleanrl/rainbow_atari_envpool.py: n-step targets of the prioritised replay against a per-episode brute force over a
 next-step autoreset stream (stale steps, life losses, game overs, truncations, a resumed run's cut), the sum tree's
-sampling frequencies, the importance weights, the projection with per-sample discounts, the double-Q loss, noisy
-layers, learning on marked Pong frames (real EnvPool), a resume that restores the buffer and its priorities, bad
-input."""
+sampling frequencies, a corrupt tree failing loudly, the importance weights, the projection with per-sample
+discounts, the double-Q loss, noisy layers, learning on marked Pong frames (real EnvPool), a resume that restores the
+buffer and its priorities, bad input."""
 
 import numpy as np
 import pytest
@@ -154,6 +154,16 @@ def test_importance_weights_match_the_formula():
     expected = importance_weights([probabilities[leaf] for leaf in drawn.tolist()], len(leaves), beta)
     np.testing.assert_allclose(weights, expected, rtol=1e-5, atol=1e-6)
     assert weights.max() == 1.0 and len(set(weights.tolist())) > 1
+
+
+def test_a_corrupt_sum_tree_raises_instead_of_redrawing_forever():
+    """A root that claims a total over leaves that are all 0 (a state a correct tree never reaches): every draw lands
+    on a zero leaf, and sampling fails loudly after its bounded redraws instead of spinning."""
+    rb = rainbow.ReplayBuffer(2 * 8, 2, frame_shape=(2, 2))
+    rb.tree.nodes[1], rb.tree.count = 1.0, 1
+    np.random.seed(0)
+    with pytest.raises(RuntimeError, match="internal error"):
+        rb.sample_leaves(4, 0.4)
 
 
 def test_projection_with_per_sample_discounts_matches_the_brute_force():
