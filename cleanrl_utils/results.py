@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cleanrl_utils.run import check_writable_dir
+
 SUMMARY_COLUMNS = (
     "script",
     "exp_name",
@@ -377,6 +379,17 @@ def section(kind: str, name: str, exp_names: list[str], groups: dict, published:
     return text + f"\n![learning curves over steps and wall-clock]({link})\n"
 
 
+def check_docs_page(page: str) -> str | None:
+    """Why `page` cannot be read and rewritten in place (missing, a folder, no permission), or None."""
+    if not os.path.exists(page):
+        return "does not exist"
+    if not os.path.isfile(page):
+        return "is not a file"
+    if not os.access(page, os.R_OK | os.W_OK):
+        return "is not readable and writable"
+    return None
+
+
 def main() -> None:
     import tyro
 
@@ -384,9 +397,14 @@ def main() -> None:
     records = load_records(args.results_dir)
     if not records:
         sys.exit(f"error: --results-dir {args.results_dir!r} holds no run records (records/<exp_name>/<env_id>__<seed>.json)")
+    for page in args.docs:  # every page and folder checked before anything is written: one line, nothing half-done
+        problem = check_docs_page(page)
+        if problem:
+            sys.exit(f"error: --docs page {page!r} {problem}")
+    check_writable_dir(args.results_dir, "--results-dir")  # summary.csv goes there
+    check_writable_dir(args.output_dir, "--output-dir")
     published = load_published(os.path.join(args.results_dir, "published.csv"))
     groups = group_records(records)
-    os.makedirs(args.output_dir, exist_ok=True)
     write_summary_csv(args.results_dir)
     machines = sorted({r["cpu"] for r in records})
     everything = sorted({r["exp_name"] for r in records})

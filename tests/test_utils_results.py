@@ -159,3 +159,40 @@ def test_one_command_regenerates_tables_figures_and_the_pages_sections(tmp_path)
     assert "| 3,000 ▼ |" in page.read_text()
     empty = subprocess.run([*command[:3], "--results-dir", str(tmp_path / "none")], capture_output=True, text=True, cwd=REPO)
     assert empty.returncode != 0 and "holds no run records" in empty.stderr
+
+
+def test_a_bad_output_dir_or_docs_page_is_one_line_and_nothing_is_written(tmp_path):
+    """Trial Q4: --output-dir naming a file, a --docs page that is missing or a folder: one error line, exit non-zero,
+    and no summary.csv, no output folder, no tables.md, the good page untouched (the checks come before any write)."""
+    results = tmp_path / "results"
+    path = results / "records" / "a2c_continuous_action_envpool" / "Hopper-v4__1.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        json.dumps(
+            fixture_record("a2c_continuous_action_envpool", "a2c_continuous_action_envpool", "Hopper-v4", 1, 1000.0, 1100.0)
+        )
+    )
+    (results / "published.csv").write_text("algorithm,env_id,source,steps,value,metric\n")
+    page = tmp_path / "page.md"
+    original = "<!-- results a: a2c_continuous_action_envpool -->\nold\n<!-- /results -->\n"
+    page.write_text(original)
+    a_file = tmp_path / "README.md"
+    a_file.write_text("a file\n")
+    command = [sys.executable, "-m", "cleanrl_utils.results", "--results-dir", str(results)]
+    cases = [
+        (["--output-dir", str(a_file), "--docs", str(page)], f"error: --output-dir {str(a_file)!r} is not a writable folder"),
+        (
+            ["--output-dir", str(tmp_path / "out"), "--docs", str(page), str(tmp_path / "nope.md")],
+            f"error: --docs page {str(tmp_path / 'nope.md')!r} does not exist",
+        ),
+        (
+            ["--output-dir", str(tmp_path / "out"), "--docs", str(page), str(tmp_path)],
+            f"error: --docs page {str(tmp_path)!r} is not a file",
+        ),
+    ]
+    for flags, line in cases:
+        result = subprocess.run([*command, *flags], capture_output=True, text=True, cwd=REPO)
+        assert result.returncode != 0 and result.stderr.startswith(line) and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1 and result.stdout == ""
+        assert not (results / "summary.csv").exists() and not (tmp_path / "out").exists()
+        assert page.read_text() == original and a_file.read_text() == "a file\n"
