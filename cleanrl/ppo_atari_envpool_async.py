@@ -199,7 +199,10 @@ def validate_args(args: Args) -> None:
 def check_async_shape(num_envs: int, num_steps: int, async_batch_size: int) -> None:
     """One recv returns at most --num-envs envs, and the rollout is a whole number of recv rows."""
     if not 0 < async_batch_size <= num_envs:
-        sys.exit(f"error: --async-batch-size must be in 1..--num-envs ({num_envs}), got {async_batch_size}")
+        sys.exit(
+            f"error: --async-batch-size must be in 1..--num-envs ({num_envs}), got {async_batch_size} (its default is 8: "
+            f"with --num-envs {num_envs} pass e.g. --async-batch-size {max(1, num_envs // 2)})"
+        )
     if (num_envs * num_steps) % async_batch_size != 0:
         sys.exit(
             f"error: --async-batch-size {async_batch_size} does not divide the rollout of {num_envs * num_steps} steps "

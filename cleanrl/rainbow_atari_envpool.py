@@ -145,12 +145,18 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     check_run_args(args)  # every float flag finite (NaN, inf) first
     check_positive(args, "n_step", "prioritized_replay_eps")
     # A window reads n rows past its transition while the 4 frames of its stack stay in the ring (see ReplayBuffer)
+    if args.n_step > 1_000 or args.buffer_size // max(args.num_envs, 1) < 16 + args.n_step:
+        sys.exit(
+            f"error: --n-step {args.n_step} must be in [1, 1000] and fit the ring: it needs --buffer-size >= "
+            f"{(16 + args.n_step) * max(args.num_envs, 1)} (16 + n steps per env; --buffer-size {args.buffer_size}, "
+            f"--num-envs {args.num_envs})"
+        )
     check_replay_args(args, min_per_env=16 + args.n_step, resumed=checkpoint is not None)
     for name in ("prioritized_replay_alpha", "prioritized_replay_beta"):
         if not 0 <= getattr(args, name) <= 1:
             sys.exit(f"error: --{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    if not args.noisy_std >= 0:
-        sys.exit(f"error: --noisy-std must be >= 0 (0: no noise), got {args.noisy_std}")
+    if not 0 <= args.noisy_std <= 10:  # CleanRL's 0.5; past a few units the noise swamps every weight
+        sys.exit(f"error: --noisy-std must be in [0, 10] (0: no noise), got {args.noisy_std}")
     if not 2 <= args.n_atoms <= 10_000:  # 2: the support's two ends; the paper's 51
         sys.exit(f"error: --n-atoms must be in [2, 10000], got {args.n_atoms}")
     if not args.v_min < args.v_max:

@@ -336,6 +336,7 @@ def test_overlap_sigint_checkpoints_and_resume_finishes_with_every_tag(interrupt
 BAD_INPUT = [
     (["--async-batch-size", "32"], ["--async-batch-size", "32", "--num-envs", "16"]),
     (["--async-batch-size", "0"], ["--async-batch-size", "0"]),
+    (["--num-envs", "4"], ["--async-batch-size must be in 1..--num-envs (4), got 8", "--async-batch-size 2"]),  # trial 6, Q9
     (["--async-batch-size", "7"], ["--async-batch-size 7", "1024"]),
     (["--num-threads", "-1"], ["--num-threads", "-1"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3", "1024"]),

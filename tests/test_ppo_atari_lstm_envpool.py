@@ -288,7 +288,8 @@ BAD_INPUT = [
     (["--num-minibatches", "3"], ["--num-minibatches 3"]),
     (["--actor-init-std", "0"], ["--actor-init-std must be positive and finite, got 0.0"]),
     (["--num-envs", "6", "--num-minibatches", "4"], ["--num-minibatches 4 does not divide --num-envs 6"]),
-    (["--lstm-size", "0"], ["--lstm-size", "0"]),
+    (["--lstm-size", "0"], ["--lstm-size must be in [1, 8192], got 0"]),
+    (["--lstm-size", "100000000"], ["--lstm-size must be in [1, 8192], got 100000000"]),  # trial 6, Q1: a traceback
     (["--learning-rate", "nan"], ["--learning-rate", "nan"]),
     (["--env-id", "Hopper-v4"], ["MuJoCo", "Atari"]),
     (["--num-steps", "100000000", "--total-timesteps", "10000000000"], ["rollout storage", "GiB"]),

@@ -297,9 +297,11 @@ BAD_INPUT = [
     (["--prioritized-replay-beta", "-0.1"], ["--prioritized-replay-beta must be in [0, 1], got -0.1"]),
     (["--prioritized-replay-alpha", "nan"], ["--prioritized-replay-alpha must be a finite number, got nan"]),
     (["--prioritized-replay-eps", "0"], ["--prioritized-replay-eps must be positive and finite, got 0.0"]),
-    (["--noisy-std", "-1"], ["--noisy-std must be >= 0", "got -1.0"]),
+    (["--noisy-std", "-1"], ["--noisy-std must be in [0, 10]", "got -1.0"]),
+    (["--noisy-std", "1e30"], ["--noisy-std must be in [0, 10]", "got 1e+30"]),  # trial 6, Q5: trained until it diverged
     (["--gamma", "inf"], ["--gamma must be a finite number, got inf"]),
-    (["--n-step", "100", "--buffer-size", "200", "--num-envs", "2"], ["--buffer-size 200", "116 transitions per env"]),
+    (["--n-step", "100", "--buffer-size", "200", "--num-envs", "2"], ["--n-step 100", "--buffer-size >= 232"]),
+    (["--n-step", "100000", "--buffer-size", "5000"], ["--n-step 100000 must be in [1, 1000]"]),  # trial 6, Q6
     (["--n-atoms", "1"], ["--n-atoms must be in [2, 10000], got 1"]),
     (["--v-min", "5", "--v-max", "5"], ["--v-min 5.0 must be below --v-max 5.0"]),
     (["--env-id", "Hopper-v4"], ["MuJoCo", "Atari"]),
