@@ -2,6 +2,7 @@
 value and what is allowed: a user mistake never ends in a traceback, and nothing has been written yet."""
 
 import difflib
+import functools
 import math
 import os
 import sys
@@ -188,9 +189,9 @@ def check_continuous_envpool_id(env_id: str) -> None:
 
 
 def check_gymnasium_env(env_id: str, examples: str, fits: Callable | None = None):
-    """`env_id` is a registered Gymnasium env that builds here (close matches suggested otherwise: only those whose
-    (observation_space, action_space) `fits` accepts, when given; a missing package or a failing constructor named in
-    one line). Returns its (observation_space, action_space), from one env made and closed again."""
+    """`env_id` is a registered Gymnasium env that builds here (close matches suggested otherwise: only ids this install
+    can build, and only those whose (observation_space, action_space) `fits` accepts, when given; a missing package or
+    a failing constructor named in one line). Returns its (observation_space, action_space), from one env made and closed again."""
     import gymnasium as gym
 
     if env_id not in gym.registry:
@@ -202,7 +203,9 @@ def check_gymnasium_env(env_id: str, examples: str, fits: Callable | None = None
                 f"error: --env-id {env_id!r} is an EnvPool {ENVPOOL_FAMILIES[family][0]} id, not a Gymnasium one: "
                 f"this script takes Gymnasium ids, e.g. {examples}; the EnvPool scripts (cleanrl/*_envpool*.py) take it"
             )
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=10)
+        close = [
+            candidate for candidate in difflib.get_close_matches(env_id, list(gym.registry), n=10) if _loadable(candidate)
+        ]
         if fits is not None:
             close = [candidate for candidate in close if _fits_spaces(candidate, fits)][:3]
         close = close[:3]
@@ -219,6 +222,27 @@ def check_gymnasium_env(env_id: str, examples: str, fits: Callable | None = None
     spaces = env.observation_space, env.action_space
     env.close()
     return spaces
+
+
+@functools.cache
+def _loadable(env_id: str) -> bool:
+    """Whether this install can build `env_id`, checked cheaply (once per process): a module entry point must import
+    (a missing mujoco or Box2D raises there); a function entry point, Gymnasium's stub for the removed mujoco-py ids
+    (Hopper-v3) among them, is tried by making the env. A suggestion the user would then see refused is no help."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            entry_point = gym.spec(env_id).entry_point
+            if isinstance(entry_point, str):
+                load_env_creator(entry_point)
+            else:
+                gym.make(env_id).close()
+    except Exception:
+        return False
+    return True
 
 
 def _fits_spaces(env_id: str, fits: Callable) -> bool:

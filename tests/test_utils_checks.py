@@ -417,3 +417,13 @@ def test_the_rollout_shape_line_names_the_scripts_own_env_flag():
         lambda: check_rollout_shape(4, 128, 3, 4, 10**6, "local_num_envs"),
         "error: --num-minibatches 3 does not divide the batch size 512 (= --local-num-envs 4 x --num-steps 128)",
     )
+
+
+def test_suggestions_are_only_envs_this_install_can_create():
+    """Trial Q7: 'Hoppr-v4' suggested Hopper-v3, which Gymnasium registers but refuses to make (mujoco-py moved to
+    gymnasium-robotics); the suggestions keep the ids that build here."""
+    with pytest.raises(SystemExit) as error:
+        check_gymnasium_env("Hoppr-v4", "HalfCheetah-v4, Hopper-v5, Walker2d-v5")
+    suggestions = str(error.value).split("did you mean ")[1].rstrip("?").split(", ")
+    assert "Hopper-v4" in suggestions and "Hopper-v5" in suggestions
+    assert not {"Hopper-v3", "Hopper-v2"} & set(suggestions), suggestions
