@@ -132,12 +132,15 @@ def resolve_precision(requested: str, machine: Machine, kept_from_checkpoint: bo
     return Choice("bf16" if has else "fp32", f"auto: {why}")
 
 
-def resolve_channels_last(requested: str, precision: str, machine: Machine) -> Choice:
+def resolve_channels_last(requested: str, precision: str, machine: Machine, kept_from_checkpoint: bool = False) -> Choice:
     """`--channels-last auto|on|off` for the convolutions. auto: on in fp32 and on CUDA, off for bf16
     on CPU. Measured on a 2-core EPYC Zen 4 (one PPO update of the Nature CNN, minibatch 256):
     fp32 runs 1.2-1.6x faster channels-last, with or without ONEDNN_MAX_CPU_ISA=AVX2; bf16 runs
-    faster in the default layout (the whole Pong run 538-573 against 480-548 SPS)."""
+    faster in the default layout (the whole Pong run 538-573 against 480-548 SPS). `kept_from_checkpoint`: the
+    value is a resumed run's saved one, and the reason says so (not a --channels-last the command never passed)."""
     if requested in ("on", "off"):
+        if kept_from_checkpoint:
+            return Choice(requested, "kept from the checkpoint; --channels-last auto re-chooses")
         return Choice(requested, f"--channels-last {requested}")
     if requested != "auto":
         raise ValueError(f"--channels-last must be auto, on or off, got {requested!r}")
@@ -262,8 +265,17 @@ def choose_speed_levers(args, machine: Machine, checkpoint: dict | None = None, 
     their resolved values, so the run's saved arguments and hyperparameters hold what ran and another
     machine can repeat it; a resumed run keeps its checkpoint's values unless the command passes
     others. Sets torch's threads (returns them, for `update()` once per iteration; None with
-    `backend="xla"`) and TF32 matmuls on CUDA >= 8.0."""
+    `backend="xla"`) and TF32 matmuls on CUDA >= 8.0.
+
+    A resume that run_folder would refuse (a folder it cannot write to, an older kept checkpoint of a run that went
+    on) is refused here first, so a refused resume prints its error line only, not these lines before it."""
     saved = (checkpoint or {}).get("args", {})
+    if checkpoint is not None and getattr(args, "resume", None):
+        from cleanrl_utils.run import check_resumable_dir, check_resumes_the_latest
+
+        run_dir = os.path.dirname(os.path.abspath(args.resume))
+        check_resumable_dir(run_dir, args.resume)
+        check_resumes_the_latest(run_dir, args.resume)
     precision = None
     if hasattr(args, "precision"):
         kept = args.precision == saved.get("precision")
@@ -271,7 +283,8 @@ def choose_speed_levers(args, machine: Machine, checkpoint: dict | None = None, 
         args.precision = precision.value
         print(f"precision: {precision.value} ({precision.reason})", flush=True)
     if hasattr(args, "channels_last"):
-        layout = resolve_channels_last(args.channels_last, precision.value if precision else "fp32", machine)
+        kept = args.channels_last == saved.get("channels_last")
+        layout = resolve_channels_last(args.channels_last, precision.value if precision else "fp32", machine, kept)
         args.channels_last = layout.value
         print(f"channels-last: {layout.value} ({layout.reason})", flush=True)
     if backend == "xla":

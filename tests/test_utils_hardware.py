@@ -4,6 +4,7 @@ A100, an H100), the explicit overrides, the thread count under a real load on th
 script runs that print and save what they resolved."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -206,8 +207,12 @@ def test_choose_speed_levers_resolves_args_in_place_and_prints_each(capsys, monk
 
         args = SimpleNamespace(precision="bf16", channels_last="off", torch_threads=1)  # as a checkpoint saved them
         choose_speed_levers(args, ZEN4, checkpoint={"args": {"precision": "bf16", "channels_last": "off"}})
-        assert capsys.readouterr().out.splitlines()[0] == (
-            "precision: bf16 (kept from the checkpoint; --precision auto re-chooses)"
+        assert (
+            capsys.readouterr().out.splitlines()[:2]
+            == [
+                "precision: bf16 (kept from the checkpoint; --precision auto re-chooses)",
+                "channels-last: off (kept from the checkpoint; --channels-last auto re-chooses)",  # trial Q8: not "--channels-last off"
+            ]
         )
         args = SimpleNamespace(precision="auto", torch_threads=1)  # no channels_last: an MLP script
         choose_speed_levers(args, A100)
@@ -216,6 +221,18 @@ def test_choose_speed_levers_resolves_args_in_place_and_prints_each(capsys, monk
     finally:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.set_num_threads(before)
+
+
+def test_a_refused_resume_prints_no_lever_line_before_its_error(tmp_path, capsys):
+    """Trial Q8: --resume of an older kept checkpoint of a run that went on is refused before any lever line."""
+    older, newer = tmp_path / "checkpoint-000001000.pt", tmp_path / "checkpoint-000002000.pt"
+    older.write_bytes(b"older")
+    newer.write_bytes(b"newer")
+    args = SimpleNamespace(precision="bf16", channels_last="off", torch_threads=1, resume=str(older))
+    with pytest.raises(SystemExit) as error:
+        choose_speed_levers(args, ZEN4, checkpoint={"args": {"precision": "bf16", "channels_last": "off"}})
+    assert str(error.value).startswith(f"error: --resume {str(older)!r} is an older checkpoint of a run that went on")
+    assert capsys.readouterr().out == ""
 
 
 def test_old_saved_arguments_are_upgraded():
@@ -255,10 +272,20 @@ def test_capped_ppo_atari_run_prints_fp32_first_and_saves_it_and_a_resume_keeps_
     # resumed without the cap and without --precision: the saved precision stays, and says so
     resumed = run("ppo_atari_envpool.py", "--resume", os.path.join(run_dir, "checkpoint.pt"), "--total-timesteps", "64")
     assert resumed.stdout.splitlines()[0] == "precision: fp32 (kept from the checkpoint; --precision auto re-chooses)"
+    # trial Q8: the layout came from the checkpoint too, not from a --channels-last the command never passed
+    assert resumed.stdout.splitlines()[1] == "channels-last: on (kept from the checkpoint; --channels-last auto re-chooses)"
     # --precision auto on resume chooses again, for the machine that resumes
     again = run("ppo_atari_envpool.py", "--resume", os.path.join(run_dir, "checkpoint.pt"), "--total-timesteps", "96",
                 "--precision", "auto", env=capped_env)  # fmt: skip
     assert again.stdout.splitlines()[0].startswith("precision: fp32 (auto: ")
+    # trial Q8: a resume refused as an older kept checkpoint prints its error line only, no lever line before it
+    older = os.path.join(run_dir, "checkpoint-000000016.pt")
+    shutil.copyfile(os.path.join(run_dir, "checkpoint.pt"), older)
+    open(os.path.join(run_dir, "checkpoint-000999999.pt"), "wb").close()  # a newer kept checkpoint: the run went on
+    command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo_atari_envpool.py"), "--resume", older]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert refused.returncode != 0 and refused.stdout == "", refused.stdout
+    assert refused.stderr.startswith(f"error: --resume {older!r} is an older checkpoint"), refused.stderr[-2000:]
 
 
 def test_capped_dqn_atari_run_resolves_fp32_and_says_so(tmp_path):
