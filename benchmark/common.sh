@@ -22,6 +22,15 @@ sweep_arguments() {  # "$@" of a sweep script: --help prints its header; it take
   fi
 }
 
+at_most_arguments() {  # N "USAGE" "$@" of a positional script: more than N arguments is an error, before anything runs
+  local most=$1 usage=$2
+  shift 2
+  if [ "$#" -gt "$most" ]; then
+    echo "error: $(basename "$0") takes at most $most arguments $usage, got '${*:most+1}' (usage: bash $0 --help)" >&2
+    exit 2
+  fi
+}
+
 require_count() {  # NAME VALUE: a positive integer
   if ! [[ "$2" =~ ^[1-9][0-9]*$ ]]; then
     echo "error: $1 must be a positive integer, got '$2' (usage: bash $0 --help)" >&2
@@ -33,13 +42,26 @@ require_env_id() {  # ENV_ID FAMILY: an EnvPool id of that family (cleanrl_utils
   "$PY" -W ignore -c 'import sys; from cleanrl_utils.checks import check_envpool_id; check_envpool_id(*sys.argv[1:])' "$1" "$2"
 }
 
+sps_of() {  # LOG: the last SPS figure the run printed; a run that exited 0 without one is an error, said in one line
+  local sps
+  sps=$(grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,' || true)
+  if [ -z "$sps" ]; then
+    echo "error: a run exited 0 without printing its SPS figure (no 'SPS n' line in its log, $(basename "$1"))" >&2
+    [ -z "${LOGDIR:-}" ] || touch "$LOGDIR/.reported"  # said already: the EXIT trap shows no log
+    return 1
+  fi
+  echo "$sps"
+}
+
 remove_logs_showing_a_failure() {  # the EXIT trap: on failure, the end of the newest log first
   local status=$? log
-  if [ "$status" -ne 0 ] && [ -n "${LOGDIR:-}" ]; then
+  if [ "$status" -ne 0 ] && [ -n "${LOGDIR:-}" ] && [ ! -e "$LOGDIR/.reported" ]; then
     log=$(ls -t "$LOGDIR"/*.log "$LOGDIR"/*/*.log 2>/dev/null | head -1 || true)
-    if [ -n "$log" ]; then
+    if [ -n "$log" ] && grep -q '[^[:space:]]' "$log"; then
       echo "error: a run failed (exit $status); the end of its log, $(basename "$log"):" >&2
       grep -v '^[[:space:]]*$' "$log" | tail -n 5 >&2
+    elif [ -n "$log" ]; then
+      echo "error: a run failed (exit $status) and its log, $(basename "$log"), is empty" >&2
     fi
   fi
   rm -rf "${LOGDIR:-}"

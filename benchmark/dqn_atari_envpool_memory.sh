@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 2 "[ENV_ID] [BUFFER_SIZE]" "$@"
 ENV_ID=${1:-Breakout-v5}
 BUFFER=${2:-1000000}
 require_count BUFFER "$BUFFER"

@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 4 "[ENV_ID] [STEPS] [REPEATS] [NUM_ENVS]" "$@"
 ENV_ID=${1:-Breakout-v5}
 STEPS=${2:-20000}
 REPEATS=${3:-2}
@@ -26,9 +27,6 @@ echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $(
 common=(--env-id "$ENV_ID" --total-timesteps "$STEPS" --num-envs "$NUM_ENVS" --learning-starts 1000
   --exploration-fraction 0.001 --buffer-size 100000 --log-dir "$LOGDIR")
 
-sps_of() {  # the last SPS figure the script printed
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
 declare -a on off
 for ((r = 1; r <= REPEATS; r++)); do
   $PY cleanrl/dqn_atari_envpool.py "${common[@]}" >"$LOGDIR/on.log" 2>&1

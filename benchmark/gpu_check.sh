@@ -11,6 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 2 "OUT_DIR [SECONDS]" "$@"
 OUT=${1:?give an output folder (usage: bash benchmark/gpu_check.sh --help)}
 BUDGET=${2:-500}
 require_count SECONDS "$BUDGET"

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [REPEATS]" "$@"
 ENV_ID=${1:-HalfCheetah-v4}
 STEPS=${2:-200000}
 REPEATS=${3:-2}
@@ -20,9 +21,6 @@ trap remove_logs_showing_a_failure EXIT
 SCRIPTS=(ppo reinforce a2c npg trpo)
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $($PY -c 'import torch; print(torch.__version__)')"
-sps_of() {  # the last SPS figure the script printed
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
 declare -A figures
 for ((r = 1; r <= REPEATS; r++)); do
   line="repeat $r:"

@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [REPEATS]" "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-32768}
 REPEATS=${3:-2}
@@ -109,9 +110,6 @@ update_1 = np.median(one_thread_times)
 print(f"update on one torch thread {update_1:.2f} s: process-overlap bound {args.batch_size / max(rollout_s, update_1):.0f} SPS")
 PYEOF
 
-sps_of() {  # the last SPS figure the script printed
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
 declare -a sync serial overlap
 for ((r = 1; r <= REPEATS; r++)); do
   $PY cleanrl/ppo_atari_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --log-dir "$LOGDIR" >"$LOGDIR/sync.log" 2>&1

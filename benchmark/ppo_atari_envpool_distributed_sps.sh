@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [REPEATS]" "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-32768}
 REPEATS=${3:-2}
@@ -23,9 +24,6 @@ SCRIPT=cleanrl/ppo_atari_envpool_distributed.py
 
 echo "machine: $CORES cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $($PY -c 'import torch; print(torch.__version__)')"
 
-sps_of() {  # the last SPS figure the run printed
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
 split_of() {  # the per-iteration split the run printed
   grep -o 'rollout .*' "$1" | tail -1
 }

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [OVERSUBSCRIBED_STEPS]" "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-40960}
 OVERSUBSCRIBED_STEPS=${3:-4096}
@@ -22,13 +23,9 @@ LOGDIR=$OUT
 trap remove_logs_showing_a_failure EXIT
 echo "cpu: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p'), $CORES cores; $ENV_ID, $STEPS steps per run, default flags"
 
-last_sps() {  # the SPS of a run's final progress line
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
-
 env -u OMP_NUM_THREADS $PY cleanrl/ppo_atari_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" \
   --log-dir "$OUT/alone" >"$OUT/alone.log" 2>&1
-alone=$(last_sps "$OUT/alone.log")
+alone=$(sps_of "$OUT/alone.log")
 echo "one run alone (torch threads: $CORES):            SPS $alone"
 
 sweep() {  # $1: label, $2: steps, rest: env for the runs
@@ -38,7 +35,7 @@ sweep() {  # $1: label, $2: steps, rest: env for the runs
     --env-ids "$ENV_ID" --seeds 1 2 --workers 2 --log-dir "$OUT/$label/logs" >"$OUT/$label.log" 2>&1
   local total=0 each=()
   for log in "$OUT/$label"/logs/*.log; do
-    sps=$(last_sps "$log")
+    sps=$(sps_of "$log") || exit 1  # a command substitution: no errexit of its own
     total=$((total + sps))
     each+=("$sps")
   done

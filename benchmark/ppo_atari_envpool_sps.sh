@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [REPEATS]" "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-32768}
 REPEATS=${3:-2}
@@ -38,9 +39,6 @@ PYEOF
 )
 echo "raw EnvPool $ENV_ID, 8 envs, random actions: $raw steps/s"
 
-sps_of() {  # the last SPS figure the script printed
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
 declare -a on off
 for ((r = 1; r <= REPEATS; r++)); do
   $PY cleanrl/ppo_atari_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --log-dir "$LOGDIR" >"$LOGDIR/on.log" 2>&1

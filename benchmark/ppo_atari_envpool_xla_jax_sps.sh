@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [REPEATS]" "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-32768}
 REPEATS=${3:-2}
@@ -100,12 +101,9 @@ for name, values in results.items():
     print(f"  {name:42s} {np.median(values):6.0f} samples/s  (rounds {', '.join(f'{v:.0f}' for v in values)})")
 PYEOF
 
-sps_of() {  # the last SPS figure the script printed
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
 sps_without_compile() {  # steps / (steps / SPS - compile seconds), from the JAX twin's last lines
   local sps compile
-  sps=$(sps_of "$1")
+  sps=$(sps_of "$1") || return 1
   compile=$(sed -n 's/.*in iteration 1 (\([0-9.]*\) s).*/\1/p' "$1")
   awk -v n="$STEPS" -v s="$sps" -v c="$compile" 'BEGIN {printf "%d", n / (n / s - c)}'
 }

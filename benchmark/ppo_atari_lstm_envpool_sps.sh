@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [REPEATS]" "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-16384}
 REPEATS=${3:-2}
@@ -23,9 +24,6 @@ echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $(
 isa=$(lscpu | sed -n 's/^Flags: *//p' | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16|amx_tile)$' | paste -sd ' ' || true)
 echo "ISA flags (lscpu): ${isa:-none of avx2 avx512f avx512_bf16 amx_bf16 amx_tile}${ONEDNN_MAX_CPU_ISA:+ (oneDNN capped: ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA)}"
 
-sps_of() {  # the last SPS figure the script printed
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
 declare -a cleanrl on fp32
 for ((r = 1; r <= REPEATS; r++)); do
   $PY benchmark/ppo_atari_lstm_envpool_cleanrl_layout.py --env-id "$ENV_ID" --total-timesteps "$STEPS" \

@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [REPEATS]" "$@"
 ENV_ID=${1:-HalfCheetah-v4}
 STEPS=${2:-131072}
 REPEATS=${3:-3}
@@ -121,9 +122,6 @@ fail() {  # a run that failed: say which, show the end of its log, stop
   echo "error: $1 failed; the end of its log:" >&2
   tail -5 "$2" >&2
   exit 1
-}
-sps_of() {  # the last SPS figure a script printed (its final progress line: SPS over the whole run)
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
 }
 measure() {  # one measurement; prints its figure
   local log="$LOGDIR/$1.log"

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [REPEATS]" "$@"
 ENV_ID=${1:-HalfCheetah-v4}
 STEPS=${2:-262144}
 REPEATS=${3:-2}
@@ -21,12 +22,9 @@ trap remove_logs_showing_a_failure EXIT
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "torch $($PY -c 'import torch; print(torch.__version__)'), jax $($PY -c 'import jax; print(jax.__version__)' 2>/dev/null)"
-sps_of() {  # the last SPS figure the script printed
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
 sps_without_compile() {  # steps / (steps / SPS - compile seconds), from the JAX twin's last lines
   local sps compile
-  sps=$(sps_of "$1")
+  sps=$(sps_of "$1") || return 1
   compile=$(sed -n 's/.*in iteration 1 (\([0-9.]*\) s).*/\1/p' "$1")
   awk -v n="$STEPS" -v s="$sps" -v c="$compile" 'BEGIN {printf "%d", n / (n / s - c)}'
 }

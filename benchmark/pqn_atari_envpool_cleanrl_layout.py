@@ -8,6 +8,7 @@
 #   python benchmark/pqn_atari_envpool_cleanrl_layout.py --env-id Pong-v5 --total-timesteps 20480
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 
@@ -91,7 +92,14 @@ class QNetwork(nn.Module):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):  # what would silently run nothing
+        if getattr(args, name) <= 0:
+            sys.exit(f"error: --{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches != 0:
+        sys.exit(f"error: --num-minibatches {args.num_minibatches} does not divide the batch size {batch_size}")
+    if args.total_timesteps < batch_size:  # 0 iterations: it would print nothing and exit 0
+        sys.exit(f"error: --total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size
     writer = SummaryWriter(os.path.join(args.log_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"))

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 source benchmark/common.sh
 usage_on_help "$@"
+at_most_arguments 3 "[ENV_ID] [STEPS] [REPEATS]" "$@"
 ENV_ID=${1:-Pong-v5}
 STEPS=${2:-16384}
 REPEATS=${3:-2}
@@ -20,9 +21,6 @@ LOGDIR=$(mktemp -d)
 trap remove_logs_showing_a_failure EXIT
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), torch $($PY -c 'import torch; print(torch.__version__)')"
-sps_of() {  # the last SPS figure the script printed
-  grep -o 'SPS [0-9,]*' "$1" | tail -1 | tr -d 'SPS ,'
-}
 declare -a on off cleanrl
 for ((r = 1; r <= REPEATS; r++)); do
   $PY cleanrl/pqn_atari_envpool.py --env-id "$ENV_ID" --total-timesteps "$STEPS" --log-dir "$LOGDIR" >"$LOGDIR/on.log" 2>&1

@@ -7,6 +7,7 @@
 #   python benchmark/sac_continuous_action_cleanrl_layout.py --env-id Pendulum-v1 --no-autotune
 import os
 import random
+import sys
 import time
 from collections import namedtuple
 from dataclasses import dataclass
@@ -148,6 +149,16 @@ class Actor(nn.Module):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    for name in ("buffer_size", "batch_size", "policy_frequency", "target_network_frequency"):
+        if getattr(args, name) <= 0:
+            sys.exit(f"error: --{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if args.learning_starts < 0:
+        sys.exit(f"error: --learning-starts must be >= 0, got {args.learning_starts}")
+    if args.total_timesteps < args.learning_starts + 2:  # it times steps after learning_starts: none, nothing to print
+        sys.exit(
+            f"error: --total-timesteps {args.total_timesteps} leaves no learning-phase step to time "
+            f"(it must be at least --learning-starts {args.learning_starts} + 2)"
+        )
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     writer = SummaryWriter(f"{args.log_dir}/{run_name}")
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))

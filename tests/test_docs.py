@@ -275,3 +275,11 @@ def test_benchmark_files_named_in_code_blocks_exist(page):
         }
     )
     assert not missing, f"{rel(page)} runs benchmark files that do not exist: {missing}"
+
+
+def test_running_page_lists_every_campaign_slice():
+    """Trial, Q11: docs/running.md named three of benchmark/campaign.py's five slices."""
+    campaign = load(os.path.join(ROOT, "benchmark", "campaign.py"))
+    text = read(os.path.join(DOCS, "running.md"))
+    listed = re.findall(r"^  - `([\w-]+)`: ", text.split("benchmark/campaign.py --slice", 1)[1], re.MULTILINE)
+    assert sorted(listed) == sorted(campaign.SLICES), f"running.md lists {listed}, campaign.py has {list(campaign.SLICES)}"

@@ -506,6 +506,61 @@ def test_a_sweep_script_prints_its_help_and_refuses_arguments_before_running_any
     assert not os.path.exists(record)  # nothing ran
 
 
+POSITIONAL_SCRIPTS = sorted(
+    name
+    for name in os.listdir(os.path.join(REPO, "benchmark"))
+    if name.endswith(".sh")
+    and name != "common.sh"
+    and 'usage_on_help "$@"' in open(os.path.join(REPO, "benchmark", name)).read()
+)
+
+
+@pytest.mark.parametrize("script", POSITIONAL_SCRIPTS)
+def test_a_positional_script_refuses_an_extra_argument_before_running_anything(tmp_path, script):
+    """Trial, Q2: `bash benchmark/ppo_atari_lstm_envpool_sps.sh Pong-v5 100 2 extra` ignored `extra` and ran."""
+    text = open(os.path.join(REPO, "benchmark", script)).read()
+    usage = re.findall(rf"^#.*\bbash benchmark/{re.escape(script)} (.+?)\s*$", text, re.MULTILINE)[0]  # the first
+    most = len(usage.split())
+    python, record = fake_python(tmp_path)
+    env = {**os.environ, "PYTHON": python}
+    args = ["Pong-v5", "100", "2", "1"][:most] + ["extra"]
+    result = subprocess.run(["bash", os.path.join(REPO, "benchmark", script), *args], capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and not result.stdout, result.stderr
+    assert result.stderr.startswith(f"error: {script} takes at most {most} arguments {usage}, got 'extra'"), result.stderr
+    assert not os.path.exists(record)  # nothing ran, not even the env-id check
+    assert len(POSITIONAL_SCRIPTS) >= 14
+
+
+LAYOUT_SCRIPTS = sorted(name for name in os.listdir(os.path.join(REPO, "benchmark")) if name.endswith("_cleanrl_layout.py"))
+
+
+@pytest.mark.parametrize("script", LAYOUT_SCRIPTS)
+def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, script):
+    """Trial, Q3: `--total-timesteps 100` ran 0 iterations, printed nothing and exited 0, so the throughput script
+    failed on a missing SPS figure with an empty "end of its log"."""
+    result = subprocess.run(
+        [sys.executable, os.path.join("benchmark", script), "--total-timesteps", "100", "--log-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and not result.stdout, result.stderr
+    expected = "leaves no learning-phase step" if script.startswith("sac") else "is smaller than one rollout (1024 steps)"
+    assert result.stderr.startswith(f"error: --total-timesteps 100 {expected}"), result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_that_exits_0_without_an_sps_figure_is_named_in_one_line(tmp_path):
+    """Trial, Q3: the failure said "the end of its log, cleanrl.log:" and then nothing."""
+    python, record = fake_python(tmp_path)  # every run exits 0 and prints nothing
+    script = os.path.join(REPO, "benchmark", "ppo_atari_lstm_envpool_sps.sh")
+    result = subprocess.run(
+        ["bash", script, "Pong-v5", "100", "1"], capture_output=True, text=True, env={**os.environ, "PYTHON": python}
+    )
+    assert result.returncode != 0 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr == "error: a run exited 0 without printing its SPS figure (no 'SPS n' line in its log, cleanrl.log)\n"
+
+
 def test_a_real_sweep_keeps_to_its_folder(tmp_path):
     sweep = tmp_path / "sweep"
     env = {**os.environ, "PYTHON": sys.executable, "SWEEP": str(sweep), "ENVS": "CartPole-v1", "SEEDS": "1 2"}
