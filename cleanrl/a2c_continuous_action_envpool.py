@@ -103,8 +103,11 @@ class Args:
     obs_clip: float = 10.0
     """normalised observations are clipped to [-obs_clip, obs_clip] (Tianshou: VectorEnvNormObs, clip 10)"""
     reward_clip: float = 10.0
-    """scaled rewards are clipped to [-reward_clip, reward_clip] (the PPO script's reward scaling, where Tianshou's
-    --return-scaling divides the returns and values by their running std)"""
+    """scaled rewards (the critic's units) are clipped to [-reward_clip, reward_clip]"""
+    raw_advantages: bool = True
+    """Tianshou's A2C units: GAE over raw rewards, with the critic's values unscaled by the running std of the
+    discounted return, and the critic's target the return over that std (its --rew-norm); the policy gradient is in
+    raw reward units. Off: every reward scaled, as the PPO script does (HalfCheetah then stalls: docs)"""
 
     # Speed lever: `--torch-threads`
     torch_threads: int = 1
@@ -289,6 +292,28 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1)
 
 
+def advantages_and_targets(
+    values: torch.Tensor,  # (T+1, N), the critic's outputs: returns over `return_std`
+    rewards: torch.Tensor,  # (T, N), raw
+    scaled_rewards: torch.Tensor,  # (T, N), RewardScaler's
+    terminations: torch.Tensor,
+    truncations: torch.Tensor,
+    prev_episode_over: torch.Tensor,
+    return_std: float,
+    args: Args,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(advantages, the critic's targets, valid_mask), (T, N) each, by compute_gae's autoreset rules.
+    --raw-advantages (Tianshou): GAE over raw rewards and values x return_std, so advantages are in reward units, and
+    the targets go back to the critic's units. Otherwise GAE over the scaled rewards and the values as they are."""
+    gae = dict(terminations=terminations, truncations=truncations, prev_episode_over=prev_episode_over)
+    gae |= dict(gamma=args.gamma, gae_lambda=args.gae_lambda)
+    if args.raw_advantages:
+        advantages, valid_mask = compute_gae(values * return_std, rewards, **gae)
+        return advantages, advantages / return_std + values[:-1], valid_mask
+    advantages, valid_mask = compute_gae(values, scaled_rewards, **gae)
+    return advantages, advantages + values[:-1], valid_mask
+
+
 def a2c_loss(agent: Agent, obs, actions, advantages, returns, valid, args: Args) -> tuple[torch.Tensor, dict]:
     """A2C loss on the whole batch (Tianshou's A2C.learn): -E[log pi(a|s) * A] + vf_coef * E[(V - R)^2]
     - ent_coef * E[entropy], advantages not normalised. Stale rows (valid == False) contribute nothing."""
@@ -370,6 +395,7 @@ if __name__ == "__main__":
     obs = torch.zeros((args.num_steps, args.num_envs) + obs_shape, device=device)
     actions = torch.zeros((args.num_steps, args.num_envs) + action_shape, device=device)
     rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    scaled_rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
     terminations = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
     truncations = torch.zeros((args.num_steps, args.num_envs), dtype=torch.bool, device=device)
     values = torch.zeros((args.num_steps + 1, args.num_envs), device=device)
@@ -407,7 +433,8 @@ if __name__ == "__main__":
             next_obs_np, reward, term, trunc, info = envs.step(np.clip(action.cpu().numpy(), action_low, action_high))
             episode_over = term | trunc
             stale, next_stale = next_stale, episode_over  # stale if the previous step ended an episode (reward 0)
-            rewards[step] = torch.from_numpy(reward_scaler(reward, episode_over, stale)).to(device)
+            scaled_rewards[step] = torch.from_numpy(reward_scaler(reward, episode_over, stale)).to(device)
+            rewards[step] = torch.from_numpy(reward).to(device)
             terminations[step] = torch.from_numpy(term).to(device)
             truncations[step] = torch.from_numpy(trunc).to(device)
             obs_rms.update(next_obs_np)
@@ -424,11 +451,11 @@ if __name__ == "__main__":
         # bootstrap value and GAE (see compute_gae for the autoreset rules)
         with torch.no_grad():
             values[args.num_steps] = agent.get_value(next_obs)
-            advantages, valid_mask = compute_gae(
-                values, rewards, terminations, truncations, prev_episode_over, args.gamma, args.gae_lambda
+            return_std = float(np.sqrt(reward_scaler.return_rms.var + 1e-8))
+            advantages, returns, valid_mask = advantages_and_targets(
+                values, rewards, scaled_rewards, terminations, truncations, prev_episode_over, return_std, args
             )
             prev_episode_over = terminations[-1] | truncations[-1]  # carried into the next rollout's row 0
-            returns = advantages + values[:-1]
 
         # flatten the batch: one named field per argument of the loss
         rollout = dict(obs=obs, actions=actions, advantages=advantages, returns=returns, valid=valid_mask)
@@ -441,7 +468,7 @@ if __name__ == "__main__":
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
         optimizer.step()
 
-        valid_values, valid_returns = values[:-1][valid_mask], returns[valid_mask]  # raw units
+        valid_values, valid_returns = values[:-1][valid_mask], returns[valid_mask]  # the critic's units
         var_y = valid_returns.var()
         explained_var = (1 - (valid_returns - valid_values).var() / var_y).item() if var_y > 0 else float("nan")
 
