@@ -38,6 +38,14 @@ require_count() {  # NAME VALUE: a positive integer
   fi
 }
 
+require_writable_folder() {  # NAME PATH: create PATH if missing; it must then be a folder this user can write into
+  mkdir -p -- "$2" 2>/dev/null
+  if ! [ -d "$2" ] || ! [ -w "$2" ] || ! [ -x "$2" ]; then
+    echo "error: $1 '$2' is not a writable folder" >&2
+    exit 2
+  fi
+}
+
 require_env_id() {  # ENV_ID FAMILY: an EnvPool id of that family (cleanrl_utils.checks names close matches)
   "$PY" -W ignore -c 'import sys; from cleanrl_utils.checks import check_envpool_id; check_envpool_id(*sys.argv[1:])' "$1" "$2"
 }

@@ -12,12 +12,16 @@ cd "$(dirname "$0")/.."
 source benchmark/common.sh
 usage_on_help "$@"
 at_most_arguments 2 "OUT_DIR [SECONDS]" "$@"
-OUT=${1:?give an output folder (usage: bash benchmark/gpu_check.sh --help)}
+if [ "$#" -eq 0 ]; then
+  echo "error: gpu_check.sh needs OUT_DIR (usage: bash benchmark/gpu_check.sh --help)" >&2
+  exit 2
+fi
+OUT=$1
 BUDGET=${2:-500}
 require_count SECONDS "$BUDGET"
+require_writable_folder OUT_DIR "$OUT"
 PY=${PYTHON:-python3}
 START=$(date +%s)
-mkdir -p "$OUT"
 WORK=$(mktemp -d)
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 {

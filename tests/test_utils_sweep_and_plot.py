@@ -531,6 +531,33 @@ def test_a_positional_script_refuses_an_extra_argument_before_running_anything(t
     assert len(POSITIONAL_SCRIPTS) >= 14
 
 
+def test_gpu_check_without_out_dir_gives_one_line_before_running_anything(tmp_path):
+    """Trial, R7: no argument printed bash's own `line 15: 1: give an output folder (...)`."""
+    python, record = fake_python(tmp_path)
+    env = {**os.environ, "PYTHON": python}
+    result = subprocess.run(["bash", os.path.join(REPO, "benchmark", "gpu_check.sh")], capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and not result.stdout, result.stderr
+    assert result.stderr == "error: gpu_check.sh needs OUT_DIR (usage: bash benchmark/gpu_check.sh --help)\n"
+    assert not os.path.exists(record)  # nothing ran
+
+
+@pytest.mark.parametrize("where", ["file", "below_a_file", "proc"])
+def test_gpu_check_into_an_unwritable_out_dir_gives_one_line_before_running_anything(tmp_path, where):
+    """Trial, R2: a file as OUT_DIR printed `mkdir: cannot create directory ...` and launched every job anyway."""
+    python, record = fake_python(tmp_path)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    out = {"file": str(afile), "below_a_file": str(afile / "x"), "proc": "/proc/nope"}[where]
+    env = {**os.environ, "PYTHON": python}
+    result = subprocess.run(
+        ["bash", os.path.join(REPO, "benchmark", "gpu_check.sh"), out, "1"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 2 and not result.stdout, result.stderr
+    assert result.stderr == f"error: OUT_DIR '{out}' is not a writable folder\n"
+    assert not os.path.exists(record)  # nothing ran
+    assert afile.read_text() == ""
+
+
 LAYOUT_SCRIPTS = sorted(name for name in os.listdir(os.path.join(REPO, "benchmark")) if name.endswith("_cleanrl_layout.py"))
 
 
