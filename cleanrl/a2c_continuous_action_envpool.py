@@ -332,6 +332,7 @@ if __name__ == "__main__":
     keys = dict(obs_rms=dict, return_rms=dict)  # besides weights, optimiser, counters
     checkpoint = load_torch(args.resume, SCRIPT, keys) if args.resume else None
     if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
+        checkpoint["args"].setdefault("raw_advantages", False)  # saved before the flag: it trained on scaled advantages
         args = resume_args(Args, checkpoint, args.resume)
     validate_args(args)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")

@@ -140,7 +140,9 @@ def validate_args(args: Args) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
-    check_positive(args, "max_episode_steps", "actor_init_std")
+    check_positive(args, "max_episode_steps")
+    if not 0 < args.actor_init_std <= 10:  # CleanRL's 0.01; a gain of 10 already makes the first policy deterministic
+        sys.exit(f"error: --actor-init-std must be in (0, 10], got {args.actor_init_std}")
     if not 1 <= args.lstm_size <= 8192:  # CleanRL's 128; 8192 is already 400M LSTM weights
         sys.exit(f"error: --lstm-size must be in [1, 8192], got {args.lstm_size}")
     if args.num_envs % args.num_minibatches != 0:

@@ -145,11 +145,12 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     check_run_args(args)  # every float flag finite (NaN, inf) first
     check_positive(args, "n_step", "prioritized_replay_eps")
     # A window reads n rows past its transition while the 4 frames of its stack stay in the ring (see ReplayBuffer)
-    if args.n_step > 1_000 or args.buffer_size // max(args.num_envs, 1) < 16 + args.n_step:
+    if args.n_step > 1_000:
+        sys.exit(f"error: --n-step must be in [1, 1000], got {args.n_step}")
+    if args.buffer_size // max(args.num_envs, 1) < 16 + args.n_step:
         sys.exit(
-            f"error: --n-step {args.n_step} must be in [1, 1000] and fit the ring: it needs --buffer-size >= "
-            f"{(16 + args.n_step) * max(args.num_envs, 1)} (16 + n steps per env; --buffer-size {args.buffer_size}, "
-            f"--num-envs {args.num_envs})"
+            f"error: --n-step {args.n_step} needs --buffer-size >= {(16 + args.n_step) * max(args.num_envs, 1)} "
+            f"(16 + n steps per env; --buffer-size {args.buffer_size}, --num-envs {args.num_envs})"
         )
     check_replay_args(args, min_per_env=16 + args.n_step, resumed=checkpoint is not None)
     for name in ("prioritized_replay_alpha", "prioritized_replay_beta"):

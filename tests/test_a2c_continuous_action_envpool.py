@@ -137,6 +137,19 @@ def test_resume_continues_step_counter_and_normalisers(two_short_runs, tmp_path)
     np.testing.assert_allclose(lrs[8:], [7e-4 * (1 - i / 16) for i in range(8, 16)], rtol=1e-5, atol=1e-6)
 
 
+def test_a_checkpoint_from_before_raw_advantages_resumes_with_scaled_ones(two_short_runs, tmp_path):
+    """Trial 7, R1: a checkpoint written before --raw-advantages existed trained on scaled advantages; a plain resume
+    must keep them (not switch to today's default), and saying so with --no-raw-advantages is no change."""
+    run_dir = str(shutil.copytree(two_short_runs[0], tmp_path / "run"))
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    old = torch.load(checkpoint_path, weights_only=False)
+    del old["args"]["raw_advantages"]
+    torch.save(old, checkpoint_path)
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--total-timesteps", "768", "--no-raw-advantages")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert torch.load(checkpoint_path, weights_only=False)["args"]["raw_advantages"] is False
+
+
 # Calibration, last-20 training-episode means at this budget: 1000.0 on seeds 1, 2 and 3, both with advantages in raw
 # reward units (the default since the campaign's HalfCheetah finding, docs) and in scaled units
 # (`cleanrl/a2c_continuous_action_envpool.py --env-id InvertedPendulum-v4 --total-timesteps 100000 --seed S`).

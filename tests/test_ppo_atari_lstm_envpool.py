@@ -286,7 +286,8 @@ def test_a_resume_continues_the_run(short_run):
 
 BAD_INPUT = [
     (["--num-minibatches", "3"], ["--num-minibatches 3"]),
-    (["--actor-init-std", "0"], ["--actor-init-std must be positive and finite, got 0.0"]),
+    (["--actor-init-std", "0"], ["--actor-init-std must be in (0, 10], got 0.0"]),
+    (["--actor-init-std", "4e38"], ["--actor-init-std must be in (0, 10], got 4e+38"]),  # trial 7, R4: a traceback
     (["--num-envs", "6", "--num-minibatches", "4"], ["--num-minibatches 4 does not divide --num-envs 6"]),
     (["--lstm-size", "0"], ["--lstm-size must be in [1, 8192], got 0"]),
     (["--lstm-size", "100000000"], ["--lstm-size must be in [1, 8192], got 100000000"]),  # trial 6, Q1: a traceback

@@ -301,7 +301,7 @@ BAD_INPUT = [
     (["--noisy-std", "1e30"], ["--noisy-std must be in [0, 10]", "got 1e+30"]),  # trial 6, Q5: trained until it diverged
     (["--gamma", "inf"], ["--gamma must be a finite number, got inf"]),
     (["--n-step", "100", "--buffer-size", "200", "--num-envs", "2"], ["--n-step 100", "--buffer-size >= 232"]),
-    (["--n-step", "100000", "--buffer-size", "5000"], ["--n-step 100000 must be in [1, 1000]"]),  # trial 6, Q6
+    (["--n-step", "100000", "--buffer-size", "5000"], ["--n-step must be in [1, 1000], got 100000"]),  # trial 6, Q6
     (["--n-atoms", "1"], ["--n-atoms must be in [2, 10000], got 1"]),
     (["--v-min", "5", "--v-max", "5"], ["--v-min 5.0 must be below --v-max 5.0"]),
     (["--env-id", "Hopper-v4"], ["MuJoCo", "Atari"]),
