@@ -131,6 +131,9 @@ def test_one_command_regenerates_tables_figures_and_the_pages_sections(tmp_path)
     command = [sys.executable, "-m", "cleanrl_utils.results", "--results-dir", str(results), "--output-dir", str(output)]
     result = subprocess.run([*command, "--docs", str(page)], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == (
+        f"12 runs -> {output}/tables.md, 3 PNGs, {results}/summary.csv, 3 page sections filled (1 page changed)"
+    )
     text = page.read_text()
     assert "old text" not in text and text.endswith("<!-- /results -->\n") and "\nend\n" in text
     # Hopper seeds 1000/1200/1400: final 1,200 ± 163. Test curves: seed 1 [1,150, 1,100], seed 2 [650, 1,300],
@@ -196,3 +199,52 @@ def test_a_bad_output_dir_or_docs_page_is_one_line_and_nothing_is_written(tmp_pa
         assert result.stderr.count("\n") == 1 and result.stdout == ""
         assert not (results / "summary.csv").exists() and not (tmp_path / "out").exists()
         assert page.read_text() == original and a_file.read_text() == "a file\n"
+
+
+def test_pages_are_filled_only_for_docs_results_or_when_named_and_the_line_says_what_was_written(tmp_path):
+    """R3, R6: in a site copy (README.md, docs/*.md), another --output-dir leaves the pages alone unless named with
+    --docs, and says so; a named page without markers gets a warning; the last line counts the PNGs and the page
+    sections actually written."""
+    results = tmp_path / "results"
+    path = results / "records" / "a2c_continuous_action_envpool" / "Hopper-v4__1.json"
+    path.parent.mkdir(parents=True)
+    record = fixture_record("a2c_continuous_action_envpool", "a2c_continuous_action_envpool", "Hopper-v4", 1, 1000.0, 1100.0)
+    path.write_text(json.dumps(record))
+    (results / "published.csv").write_text("algorithm,env_id,source,steps,value,metric\n")
+    site = tmp_path / "site"
+    (site / "docs").mkdir(parents=True)
+    marked = "<!-- results {}: a2c_continuous_action_envpool -->\nold\n<!-- /results -->\n"
+    pages = {
+        "README.md": marked.format("top"),
+        "docs/page.md": marked.format("page") + "<!-- results empty: nobody -->\n<!-- /results -->\n",
+        "docs/plain.md": "no markers\n",
+    }
+    for name, text in pages.items():
+        (site / name).write_text(text)
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+    def run(*flags):
+        command = [sys.executable, "-m", "cleanrl_utils.results", "--results-dir", str(results), *flags]
+        result = subprocess.run(command, capture_output=True, text=True, cwd=site, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip().splitlines()[-1], result.stderr
+
+    elsewhere = tmp_path / "elsewhere"
+    line, err = run("--output-dir", str(elsewhere))
+    assert all((site / name).read_text() == text for name, text in pages.items())
+    assert line.endswith("0 PNGs, " + f"{results}/summary.csv, 0 page sections filled (0 pages changed)"
+                         "; pages left alone: --output-dir is not docs/results; name pages with --docs to fill them")  # fmt: skip
+    assert (elsewhere / "tables.md").exists() and not list(elsewhere.glob("*.png")) and err == ""
+
+    line, err = run("--output-dir", str(elsewhere), "--docs", "docs/plain.md", "docs/page.md")
+    assert err == "warning: --docs page 'docs/plain.md' has no <!-- results ... --> marker pair; left alone\n"
+    assert "old" not in (site / "docs/page.md").read_text() and (site / "README.md").read_text() == pages["README.md"]
+    assert line.endswith("1 PNG, " + f"{results}/summary.csv, 2 page sections filled (1 page changed)")
+    assert [p.name for p in elsewhere.glob("*.png")] == ["page.png"]  # none for the section without runs
+    assert "](../../elsewhere/page.png)" in (site / "docs/page.md").read_text()
+
+    line, err = run()  # the default: docs/results, every page; no warning for the unmarked pages of that list
+    assert line.endswith("2 PNGs, " + f"{results}/summary.csv, 3 page sections filled (2 pages changed)") and err == ""
+    assert "](docs/results/top.png)" in (site / "README.md").read_text()
+    assert "](results/page.png)" in (site / "docs/page.md").read_text()
+    assert (site / "docs/plain.md").read_text() == pages["docs/plain.md"]
