@@ -356,6 +356,8 @@ def main() -> None:
         sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
     if args.greedy and args.epsilon is not None:
         sys.exit(f"error: --greedy plays with epsilon 0, --epsilon {args.epsilon} asks for another: give one of the two")
+    if args.video_dir is not None and not args.capture_video:
+        sys.exit(f"error: --video-dir {args.video_dir!r} needs --capture-video (no video is written without it)")
     import torch
 
     torch.set_num_threads(torch_threads(args.torch_threads))

@@ -92,6 +92,8 @@ def check_resumes_the_latest(run_dir: str, checkpoint_path: str) -> None:
         newer.append(f"checkpoint{ext}")
     if newer:
         branch = f"{run_dir}-from-{step}"
+        if len(newer) > 3:  # a long run keeps thousands: the line names how many and the latest
+            newer = [f"{len(newer)} later checkpoints, up to {newer[-2] if newer[-1] == f'checkpoint{ext}' else newer[-1]}"]
         sys.exit(
             f"error: --resume {checkpoint_path!r} is an older checkpoint of a run that went on ({', '.join(newer)}); "
             f"resuming it in place would overwrite that lineage. To branch from it: mkdir {branch} && "

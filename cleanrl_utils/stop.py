@@ -59,7 +59,7 @@ class StopAfterIteration:
 
     def _handle(self, signum, frame):
         if self.requested:
-            _say(f"{SIGNAL_NAMES[signum]} again: aborted without saving (the last checkpoint written stays valid)")
+            _say(f"{SIGNAL_NAMES[signum]} again: aborted without saving (a checkpoint written before, if any, stays valid)")
             _exit_now(128 + signum)
         self.requested = True
         if not self.quiet:

@@ -114,6 +114,10 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     # was: --epsilon dropped in silence, the greedy result reported
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--greedy", "--epsilon", "1.0"])
     one_line_exit(evaluate_module.main, "--greedy plays with epsilon 0, --epsilon 1.0 asks for another")
+    # trial 8, S3: --video-dir without --capture-video was ignored in silence
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--video-dir", str(tmp_path / "v")])
+    one_line_exit(evaluate_module.main, "--video-dir", "needs --capture-video")
+    assert not (tmp_path / "v").exists()
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--torch-threads", "-1"])
     one_line_exit(evaluate_module.main, "--torch-threads must be >= 0 (0 = auto), got -1")
     (tmp_path / "run").mkdir()

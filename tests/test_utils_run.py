@@ -355,6 +355,20 @@ def test_resuming_an_older_kept_checkpoint_is_refused_with_how_to_branch(tmp_pat
     assert run_folder(run_args("runs"), str(run_dir / "checkpoint-000000200.pt"))[1] == str(run_dir)
     (run_dir / "checkpoint-000000200.pt").unlink()  # checkpoint.pt alone is newer than the kept file
     one_line_exit(lambda: run_folder(run_args("runs"), older), "went on (checkpoint.pt)")
+
+
+def test_an_older_checkpoint_of_a_long_run_names_how_many_went_on_not_each(tmp_path):
+    """Trial 8, S1: a run that kept 140 checkpoints after the one resumed made a 5,000-character line."""
+    run_dir = tmp_path / "CartPole-v1__ppo__1__1700000000"
+    run_dir.mkdir()
+    for step in range(100, 14_200, 100):
+        (run_dir / f"checkpoint-{step:09d}.pt").write_bytes(f"step {step}".encode())
+    (run_dir / "checkpoint.pt").write_bytes(b"step 14200")
+    older = str(run_dir / "checkpoint-000000100.pt")
+    line = one_line_exit(
+        lambda: run_folder(run_args("runs"), older), "went on (141 later checkpoints, up to checkpoint-000014100.pt)"
+    )
+    assert len(line) < 1500 and "To branch from it: mkdir" in line  # 141 names would add 3,500 characters
     assert run_folder(run_args("runs"), str(run_dir / "checkpoint.msgpack"))[1] == str(run_dir)  # other format: its own
 
 

@@ -800,3 +800,24 @@ def test_short_runs_summarise_without_warnings_and_runs_without_episodes_are_nam
     ]
     assert row["sps"] is None and "| n/a |" in summary_markdown([row])
     assert row["final_mean"] == pytest.approx(400.0) and row["best"] >= row["final_mean"]
+
+
+def test_plot_refused_for_a_folder_without_runs_leaves_no_output_folder(tmp_path):
+    """Trial 8, S4: the refusal left the empty --output-dir it had just made."""
+    (tmp_path / "empty").mkdir()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cleanrl_utils.plot",
+            "--log-dir",
+            str(tmp_path / "empty"),
+            "--output-dir",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "no run under" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "p").exists()
