@@ -121,6 +121,8 @@ def resolve_precision(requested: str, machine: Machine, kept_from_checkpoint: bo
         reason = source
         if requested == "bf16":
             has, why = native_bf16(machine)
+            if backend == "xla" and machine.device_type == "cpu":  # the CPU's flags do not matter to XLA's convolutions
+                has, why = False, "XLA's CPU backend has no native bf16 convolutions"
             if not has:
                 reason = f"{source}; warning: {why}, bf16 runs several times slower than fp32 here"
         return Choice(requested, reason)

@@ -294,3 +294,12 @@ def test_capped_dqn_atari_run_resolves_fp32_and_says_so(tmp_path):
     first = result.stdout.splitlines()[0]
     assert first.startswith("precision: fp32 (auto: ") and ("ONEDNN_MAX_CPU_ISA=AVX2" in first or "no native bf16" in first)
     assert "torch threads: " in result.stdout
+
+
+def test_explicit_bf16_on_xla_cpu_blames_xla_not_the_cpu():
+    """Trial 8, S2: the JAX twins' --precision bf16 warning said "no native bf16 on this CPU (neither AVX512-BF16 nor
+    AMX)" on a CPU with AVX512-BF16: JAX's machine carries no CPU flags. The reason is XLA's CPU backend."""
+    for flags in (dict(cpu_avx512_bf16=True), dict()):
+        choice = resolve_precision("bf16", Machine(device_type="cpu", **flags), backend="xla")
+        assert choice.value == "bf16"
+        assert "XLA's CPU backend has no native bf16 convolutions" in choice.reason and "AVX512" not in choice.reason
