@@ -134,7 +134,10 @@ def algorithm_of(script: str) -> str:
 
 
 def load_published(path: str) -> dict[tuple[str, str, str], dict]:
-    """(algorithm, env_id, source) -> {"value", "steps", "metric"} from `published.csv`."""
+    """(algorithm, env_id, source) -> {"value", "steps", "metric"} from `published.csv`; none if the results folder
+    has no such file (its tables then show "-" in the published columns)."""
+    if not os.path.exists(path):
+        return {}
     with open(path, newline="") as file:
         return {
             (row["algorithm"], row["env_id"], row["source"]): {
@@ -342,13 +345,66 @@ def plot_performance_profile(groups: dict, exp_names: list[str], published: dict
     plt.close(figure)
 
 
+def load_time_to_score(results_dir: str) -> list[dict]:
+    """The records of benchmark/time_to_score.py: one Atari run each, until a score or a wall-clock cap."""
+    records = []
+    for path in sorted(glob.glob(os.path.join(results_dir, "time_to_score", "*.json"))):
+        with open(path) as file:
+            records.append(json.load(file))
+    return records
+
+
+def time_to_score_table(records: list[dict]) -> str:
+    """One row per run: the target, whether and when it was reached, how far the run got, the machine."""
+    lines = [
+        "| script | game | seed | target | reached at (min / steps) | best mean | ran (min / steps) | CPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        reached = f"{r['minutes_to_target']:.1f} / {r['steps_to_target']:,}" if r["reached"] else "not reached"
+        best = "-" if r["best_window_mean"] is None else f"{r['best_window_mean']:.1f}"
+        lines.append(
+            f"| {r['script']} | {r['env_id']} | {r['seed']} | {r['target']:g} (last {r['window']} games) | {reached} | "
+            f"{best} | {r['minutes_run']:.1f} / {r['steps_run']:,} (cap {r['cap_minutes']:g} min) | {r['cpu']} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_time_to_score(records: list[dict], path: str) -> None:
+    """Mean of the last `window` games against wall-clock minutes (left) and env steps (right), one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+    for r in records:
+        games = np.array(r["games"], dtype=float).reshape(-1, 3)  # step, seconds since launch, return
+        if len(games) < r["window"]:
+            continue
+        means = np.convolve(games[:, 2], np.ones(r["window"]) / r["window"], mode="valid")
+        label = f"{r['script']} {r['env_id']} seed {r['seed']}"
+        axes[0].plot(games[r["window"] - 1 :, 1] / 60, means, label=label)
+        axes[1].plot(games[r["window"] - 1 :, 0] / 1e6, means, label=label)
+    for axis, label in zip(axes, ("wall-clock from launch (min)", "env steps (M)")):
+        axis.axhline(records[0]["target"], color="grey", linestyle="--", linewidth=1)
+        axis.set_xlabel(label)
+    axes[0].set_ylabel(f"mean of the last {records[0]['window']} games")
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
 # A docs page asks for its results with a marker pair; everything between them is rewritten:
 #   <!-- results NAME: EXP_NAME ... -->  per-env table, aggregate table, curves PNG (NAME.png)
 #   <!-- results-headline NAME: EXP_NAME ... -->  aggregate table and performance profile (NAME.png)
+#   <!-- results-time NAME: SCRIPT ... -->  time-to-score table and curves (NAME.png) of those scripts' runs
 #   <!-- /results -->
 # "EXP_NAME ... @ ENV_ID ..." keeps those envs only (a slice that runs a script on some of its envs).
 MARKER = re.compile(
-    r"<!-- (?P<kind>results|results-headline) (?P<name>[\w-]+): (?P<exp_names>[^>]*?) -->\n.*?<!-- /results -->", re.S
+    r"<!-- (?P<kind>results|results-headline|results-time) (?P<name>[\w-]+): (?P<exp_names>[^>]*?) -->\n.*?<!-- /results -->",
+    re.S,
 )
 
 
@@ -372,11 +428,24 @@ class ResultsArgs:
 
 
 def section(
-    kind: str, name: str, exp_names: list[str], groups: dict, published: dict, png_dir: str, page_dir: str
+    kind: str,
+    name: str,
+    exp_names: list[str],
+    groups: dict,
+    published: dict,
+    png_dir: str,
+    page_dir: str,
+    timed: list[dict] = (),
 ) -> tuple[str, bool]:
     """The text between one marker pair, and its PNG written under `png_dir` (whether one was: not without runs)."""
     png = os.path.join(png_dir, f"{name}.png")
     link = os.path.relpath(png, page_dir)
+    if kind == "results-time":
+        runs = [r for r in timed if r["script"] in exp_names]
+        if not runs:
+            return "No time-to-score runs yet (`python benchmark/time_to_score.py` writes them).\n", False
+        plot_time_to_score(runs, png)
+        return f"{time_to_score_table(runs)}\n\n![mean of the last games over wall-clock and steps]({link})\n", True
     if not any(key[0] in exp_names for key in groups):
         return "No finished runs yet (`python benchmark/campaign.py` writes them).\n", False
     aggregate = aggregate_table(groups, exp_names, published)
@@ -406,6 +475,7 @@ def main() -> None:
 
     args = tyro.cli(ResultsArgs)
     records = load_records(args.results_dir)
+    timed = load_time_to_score(args.results_dir)
     if not records:
         sys.exit(f"error: --results-dir {args.results_dir!r} holds no run records (records/<exp_name>/<env_id>__<seed>.json)")
     pages_left_alone = False
@@ -432,6 +502,8 @@ def main() -> None:
             f"Generated by `python -m cleanrl_utils.results` from {len(records)} runs. Machines: {'; '.join(machines)}.\n\n"
         )
         file.write(cell_table(groups, everything, published) + "\n\n" + aggregate_table(groups, everything, published) + "\n")
+        if timed:
+            file.write("\n## Time to score (benchmark/time_to_score.py)\n\n" + time_to_score_table(timed) + "\n")
     pngs = sections = pages_changed = 0
     for page in pages:
         with open(page) as file:
@@ -447,7 +519,9 @@ def main() -> None:
             chosen = {key: runs for key, runs in groups.items() if not envs or key[1] in envs.split()}
             page_dir = os.path.dirname(page) or "."
             nonlocal pngs, sections
-            body, drew = section(match["kind"], match["name"], names.split(), chosen, published, args.output_dir, page_dir)
+            body, drew = section(
+                match["kind"], match["name"], names.split(), chosen, published, args.output_dir, page_dir, timed=timed
+            )
             pngs, sections = pngs + drew, sections + 1
             return f"<!-- {match['kind']} {match['name']}: {match['exp_names']} -->\n{body}<!-- /results -->"
 

@@ -248,3 +248,64 @@ def test_pages_are_filled_only_for_docs_results_or_when_named_and_the_line_says_
     assert "](docs/results/top.png)" in (site / "README.md").read_text()
     assert "](results/page.png)" in (site / "docs/page.md").read_text()
     assert (site / "docs/plain.md").read_text() == pages["docs/plain.md"]
+
+
+tts_spec = importlib.util.spec_from_file_location("time_to_score", os.path.join(REPO, "benchmark", "time_to_score.py"))
+time_to_score = importlib.util.module_from_spec(tts_spec)
+tts_spec.loader.exec_module(time_to_score)
+
+
+def test_window_means_against_a_brute_force_mean_of_the_last_games():
+    returns = np.random.default_rng(0).normal(size=50)
+    means = time_to_score.window_means(returns, 20)
+    assert np.isnan(means[:19]).all()
+    np.testing.assert_allclose(means[19:], [returns[i - 19 : i + 1].mean() for i in range(19, 50)], rtol=1e-5, atol=1e-6)
+
+
+def test_time_to_score_stops_a_real_run_at_its_target_and_the_results_page_shows_it(tmp_path):
+    """PQN on real Pong, 1 env: the target -21 over the last 2 games is met by the 2nd game (every point lost). The
+    driver stops the run there with a Ctrl-C (the run saves a checkpoint), and its record holds every game the run
+    logged (read back from the events by brute force), the step and minute of the 2nd game, and the stop reason.
+    The results command then fills a results-time section with its row and curve."""
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    command = [sys.executable, os.path.join(REPO, "benchmark", "time_to_score.py"), "--script", "pqn_atari_envpool"]
+    command += ["--window", "2", "--target", "-21", "--minutes", "4", "--poll-seconds", "2"]
+    command += ["--results-dir", str(results), "--runs-dir", str(runs)]
+    command += ["--script-args=--total-timesteps 50000 --num-envs 1 --num-steps 128 --torch-threads 1"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=280)
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = json.loads((results / "time_to_score" / "pqn_atari_envpool__Pong-v5__1.json").read_text())
+    (run_dir,) = [str(path) for path in (runs / "pqn_atari_envpool__Pong-v5__1").iterdir() if path.is_dir()]
+    games = read_scalars(run_dir)["charts/episodic_return"]
+    assert [[step, value] for step, _, value in record["games"]] == [[step, value] for step, value in games]
+    assert record["reached"] and record["stopped_by"] == "target" and games[1][1] == games[0][1] == -21
+    assert record["steps_to_target"] == games[1][0] and record["steps_run"] < 50000  # stopped, not run to the end
+    assert 0 < record["minutes_to_target"] <= record["minutes_run"] < 4
+    assert os.path.exists(os.path.join(run_dir, "checkpoint.pt"))  # the Ctrl-C saved
+    page = tmp_path / "page.md"
+    page.write_text("<!-- results-time pong: pqn_atari_envpool -->\n<!-- /results -->\n")
+    fixture = results / "records" / "a2c_continuous_action_envpool" / "Hopper-v4__1.json"
+    fixture.parent.mkdir(parents=True)  # the command needs one campaign record
+    fixture.write_text(
+        json.dumps(fixture_record("a2c_continuous_action_envpool", "a2c_continuous_action_envpool", "Hopper-v4", 1, 1.0, 2.0))
+    )
+    rendered = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cleanrl_utils.results",
+            "--results-dir",
+            str(results),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--docs",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    row = f"| pqn_atari_envpool | Pong-v5 | 1 | -21 (last 2 games) | {record['minutes_to_target']:.1f} / {games[1][0]:,} |"
+    assert row in page.read_text() and (tmp_path / "out" / "pong.png").stat().st_size > 0
+    assert "## Time to score" in (tmp_path / "out" / "tables.md").read_text()

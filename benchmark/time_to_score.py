@@ -1,0 +1,158 @@
+"""Time to score: one Atari training run until the mean of its last games reaches a target, or a wall-clock cap.
+
+    python benchmark/time_to_score.py --script pqn_atari_envpool --env-id Pong-v5 --minutes 60 \
+        --script-args="--total-timesteps 2000000"
+    python benchmark/time_to_score.py --script ppo_atari_envpool --env-id Pong-v5 --minutes 90 \
+        --script-args="$(grep -o -- '--num-envs.*' benchmark/ppo_atari_envpool.sh | head -1)"
+
+The run trains in `runs/time_to_score/<script>__<env>__<seed>/`. Every 15 s (`--poll-seconds`) this reads the run's own
+`charts/episodic_return` events (whole games, unclipped); when the mean of the last `--window` games reaches
+`--target`, or the cap passes, the run gets a Ctrl-C (it saves a checkpoint and exits). Times count from the launch,
+start-up included, as a user's stopwatch would. The record goes to
+`benchmark/results/time_to_score/<script>__<env>__<seed>.json`: the command, the CPU, whether and when (minutes,
+steps) the target was reached, the best window mean, and every game as (step, seconds since launch, return).
+`python -m cleanrl_utils.results` puts these records in a table. Nothing else may run on the machine meanwhile: the
+figure is the machine's, not the script's alone.
+"""
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import tyro
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # run as `python benchmark/time_to_score.py` from anywhere
+from cleanrl_utils.plot import load_runs  # noqa: E402
+from cleanrl_utils.results import cpu_description  # noqa: E402
+
+
+@dataclass
+class TimeToScoreArgs:
+    script: str
+    """the script under cleanrl/, without .py (e.g. pqn_atari_envpool)"""
+    env_id: str = "Pong-v5"
+    """the game"""
+    seed: int = 1
+    """the run's seed"""
+    target: float = 18.0
+    """the score: the mean of the last --window games that stops the run"""
+    window: int = 20
+    """how many of the latest games the mean covers"""
+    minutes: float = 60.0
+    """the wall-clock cap, from the launch"""
+    script_args: str = ""
+    """further arguments for the script, as one string (write --script-args="--total-timesteps 2000000": with the =)"""
+    results_dir: str = os.path.join(REPO, "benchmark", "results")
+    """where the record goes (under time_to_score/)"""
+    runs_dir: str = os.path.join(REPO, "runs", "time_to_score")
+    """where the run trains (a previous run of the same script, env and seed there is replaced)"""
+    poll_seconds: float = 15.0
+    """how often the run's events are read (the reported time is the game's own, not the poll's)"""
+
+
+def window_means(returns: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last `window` games after each game; NaN until `window` games have ended."""
+    means = np.full(len(returns), np.nan)
+    if len(returns) >= window:
+        sums = np.cumsum(np.concatenate([[0.0], returns]))
+        means[window - 1 :] = (sums[window:] - sums[:-window]) / window
+    return means
+
+
+def games_so_far(log_dir: str, launched: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, seconds since launch, returns) of every game the run has logged so far, in logging order."""
+    runs = [run for run in load_runs(log_dir, "charts/episodic_return") if run.values.size]
+    if not runs:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    (run,) = runs
+    return run.steps, run.start_time + run.wall - launched, run.values
+
+
+def main() -> None:
+    args = tyro.cli(TimeToScoreArgs)
+    script_path = os.path.join(REPO, "cleanrl", f"{args.script}.py")
+    if not os.path.isfile(script_path):
+        sys.exit(f"error: --script {args.script!r} is not a script under cleanrl/ (cleanrl/{args.script}.py is missing)")
+    for name, value in (("--minutes", args.minutes), ("--poll-seconds", args.poll_seconds)):
+        if not (np.isfinite(value) and value > 0):
+            sys.exit(f"error: {name} must be finite and > 0, got {value}")
+    if not np.isfinite(args.target):
+        sys.exit(f"error: --target must be finite, got {args.target}")
+    if args.window < 1:
+        sys.exit(f"error: --window must be >= 1, got {args.window}")
+    log_dir = os.path.join(args.runs_dir, f"{args.script}__{args.env_id}__{args.seed}")
+    shutil.rmtree(log_dir, ignore_errors=True)
+    os.makedirs(log_dir)
+    command = [sys.executable, script_path, "--env-id", args.env_id, "--seed", str(args.seed), "--log-dir", log_dir]
+    command += ["--no-cuda", *shlex.split(args.script_args)]
+    print(f"time to {args.target:g} over the last {args.window} games, capped at {args.minutes:g} min: {' '.join(command)}")
+    launched = time.time()
+    with open(os.path.join(log_dir, "train.log"), "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    reached_at, stop_reason = None, None
+    while process.poll() is None:
+        time.sleep(args.poll_seconds)
+        steps, seconds, returns = games_so_far(log_dir, launched)
+        means = window_means(returns, args.window)
+        hit = np.flatnonzero(means >= args.target)
+        if hit.size and reached_at is None:
+            reached_at, stop_reason = int(hit[0]), "target"
+        elif time.time() - launched > 60 * args.minutes:
+            stop_reason = "cap"
+        latest = f"{means[-1]:.2f}" if returns.size >= args.window else "-"
+        print(
+            f"  {(time.time() - launched) / 60:5.1f} min, step {int(steps[-1]) if steps.size else 0:,}: "
+            f"{returns.size} games, mean of the last {args.window} {latest}",
+            flush=True,
+        )
+        if stop_reason:
+            process.send_signal(signal.SIGINT)  # the script saves a checkpoint and exits
+            break
+    code = process.wait()
+    steps, seconds, returns = games_so_far(log_dir, launched)
+    means = window_means(returns, args.window)
+    if stop_reason is None and code != 0:
+        sys.exit(f"error: the run exited {code} before the target or the cap; its log: {log_dir}/train.log")
+    finite = means[np.isfinite(means)]
+    record = {
+        "script": args.script,
+        "env_id": args.env_id,
+        "seed": args.seed,
+        "target": args.target,
+        "window": args.window,
+        "cap_minutes": args.minutes,
+        "reached": reached_at is not None,
+        "minutes_to_target": round(float(seconds[reached_at]) / 60, 2) if reached_at is not None else None,
+        "steps_to_target": int(steps[reached_at]) if reached_at is not None else None,
+        "best_window_mean": round(float(finite.max()), 2) if finite.size else None,
+        "last_window_mean": round(float(finite[-1]), 2) if finite.size else None,
+        "minutes_run": round((time.time() - launched) / 60, 2),
+        "steps_run": int(steps[-1]) if steps.size else 0,
+        "stopped_by": stop_reason or "the run's end",
+        "cpu": cpu_description(),
+        "command": " ".join(os.path.relpath(part, REPO) if part.startswith(REPO) else part for part in command),
+        "games": [[int(s), round(float(t), 1), float(r)] for s, t, r in zip(steps, seconds, returns)],
+    }
+    path = os.path.join(args.results_dir, "time_to_score", f"{args.script}__{args.env_id}__{args.seed}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as file:
+        json.dump(record, file, indent=None)
+    os.replace(path + ".tmp", path)
+    outcome = (
+        f"reached {args.target:g} at {record['minutes_to_target']} min, step {record['steps_to_target']:,}"
+        if record["reached"]
+        else f"did not reach {args.target:g} in {record['minutes_run']} min (best mean {record['best_window_mean']})"
+    )
+    print(f"{outcome}; {len(returns)} games; record: {os.path.relpath(path, REPO)}")
+
+
+if __name__ == "__main__":
+    main()
