@@ -139,8 +139,8 @@ class Args:
 def validate_args(args: Args) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
     check_run_args(args)
-    if args.rpo_alpha < 0:
-        sys.exit(f"error: --rpo-alpha must be >= 0 (the half-width of the mean's perturbation), got {args.rpo_alpha}")
+    if not 0 <= args.rpo_alpha <= 10:  # NaN fails both; past 10 the noise swamps any mean (actions live in [-1, 1])
+        sys.exit(f"error: --rpo-alpha must be in [0, 10] (the half-width of the mean's perturbation), got {args.rpo_alpha}")
     check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
     check_positive(args, "max_episode_steps", "obs_clip", "reward_clip", "kl_adaptive_lr")
     check_envpool_id(args.env_id, "envpool.mujoco.gym")

@@ -10,6 +10,7 @@ from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stop
 if __name__ == "__main__":
     exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
 
+import functools
 import math
 import os
 import random
@@ -152,7 +153,9 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     run is resumed from it."""
     check_run_args(args)
     check_replay_args(args, min_per_env=16, resumed=checkpoint is not None)
-    check_positive(args, "update_frequency", "target_network_frequency", "max_episode_steps", "policy_lr", "q_lr", "alpha")
+    check_positive(args, "update_frequency", "target_network_frequency", "max_episode_steps", "policy_lr", "q_lr")
+    if not 0 < args.alpha <= 1000:  # NaN fails both; 1e300 would be inf in float32
+        sys.exit(f"error: --alpha must be in (0, 1000] (the entropy coefficient without --autotune), got {args.alpha}")
     if not 0 < args.target_entropy_scale <= 1:
         sys.exit(f"error: --target-entropy-scale must be in (0, 1] (a fraction of log |A|), got {args.target_entropy_scale}")
     check_envpool_id(args.env_id, "envpool.atari")
@@ -498,6 +501,15 @@ if __name__ == "__main__":
     recent_returns: list[float] = []
 
     progress = ProgressLine(global_step, args.num_iterations * args.num_envs, "games")  # and SPS from here
+    # a diverged run stops with one line naming its last good checkpoint and the flag to lower
+    stop_if_diverged = functools.partial(
+        exit_if_diverged,
+        checkpoint_path=checkpoint_path,
+        resumed_from=args.resume,
+        writer=writer,
+        progress=progress,
+        flag="--q-lr or --policy-lr",
+    )
     videos = VideoJobs(run_dir, model_file)
     stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
     obs, _ = envs.reset()
@@ -517,6 +529,8 @@ if __name__ == "__main__":
         if rb.env_steps > args.learning_starts:
             with torch.no_grad():
                 probs, _ = policy(actor, torch.from_numpy(obs).to(device, obs_dtype), bf16=acting_bf16)
+                # a policy that diverged since the last check stops here: multinomial would raise on NaN
+                stop_if_diverged(bool(probs.isfinite().all()), iteration=iteration, global_step=global_step + args.num_envs)
                 actions = torch.multinomial(probs, 1).squeeze(1).cpu().numpy()
         global_step += args.num_envs
 
@@ -592,14 +606,10 @@ if __name__ == "__main__":
             writer.add_scalar("charts/torch_threads", threads.count, global_step)
             threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
-            exit_if_diverged(
+            stop_if_diverged(
                 torch_all_finite(actor, q_loss) and torch_all_finite(critic, q_loss),
                 iteration=iteration,
                 global_step=global_step,
-                checkpoint_path=checkpoint_path,
-                resumed_from=args.resume,
-                writer=writer,
-                progress=progress,
             )
         if saving:  # with the buffer this is GBs: a slow save says what it cost
             save_torch(checkpoint_path, training_state(iteration), progress, keep=args.keep_checkpoints)

@@ -6,9 +6,11 @@ from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stop
 if __name__ == "__main__":
     exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
 
+import functools
 import math
 import os
 import random
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -142,7 +144,9 @@ def validate_args(args: Args) -> None:
     check_run_args(args)
     check_replay_args(args)
     check_positive(args, "policy_lr", "q_lr", "updates_per_step", "policy_frequency", "target_network_frequency")
-    check_positive(args, "alpha", "max_episode_steps")
+    check_positive(args, "max_episode_steps")
+    if not 0 < args.alpha <= 1000:  # NaN fails both; 1e300 would be inf in float32
+        sys.exit(f"error: --alpha must be in (0, 1000] (the entropy coefficient without --autotune), got {args.alpha}")
     check_continuous_envpool_id(args.env_id)
     spec = envpool.make_spec(args.env_id)
     row = ReplayBuffer.row_width(spec.observation_space.shape[0], spec.action_space.shape[0])
@@ -402,6 +406,15 @@ if __name__ == "__main__":
     episode_returns = np.zeros(args.num_envs, dtype=np.float64)
     recent_returns: list[float] = []
     progress = ProgressLine(global_step, args.num_iterations * args.num_envs)  # and SPS from here
+    # a diverged run stops with one line naming its last good checkpoint and the flag to lower
+    stop_if_diverged = functools.partial(
+        exit_if_diverged,
+        checkpoint_path=checkpoint_path,
+        resumed_from=args.resume,
+        writer=writer,
+        progress=progress,
+        flag="--q-lr or --policy-lr",
+    )
     videos = VideoJobs(run_dir, model_file)
     stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
     obs, _ = envs.reset()
@@ -419,6 +432,8 @@ if __name__ == "__main__":
                 actions, _, _ = actor.get_action(torch.as_tensor(obs, dtype=torch.float32, device=device))
             actions = actions.cpu().numpy()
         global_step += args.num_envs
+        # a policy that diverged since the last check stops here, before the env runs a NaN action
+        stop_if_diverged(bool(np.isfinite(actions).all()), iteration=iteration, global_step=global_step)
 
         # TRY NOT TO MODIFY: execute the game and log data. On a stale step (the one after a boundary) EnvPool ignores
         # the action and returns the reset observation with reward 0: that transition is not stored.
@@ -479,16 +494,7 @@ if __name__ == "__main__":
         if logging or saving:  # a diverged run must never be saved
             nets = nn.ModuleList([actor, critic, entropy])
             finite = torch_all_finite(nets, None if stats is None else stats["qf1_loss"] + stats["qf2_loss"])
-            exit_if_diverged(
-                finite,
-                iteration=iteration,
-                global_step=global_step,
-                checkpoint_path=checkpoint_path,
-                resumed_from=args.resume,
-                writer=writer,
-                progress=progress,
-                flag="--q-lr or --policy-lr",
-            )
+            stop_if_diverged(finite, iteration=iteration, global_step=global_step)
         if saving:
             save_torch(checkpoint_path, training_state(iteration), progress, keep=args.keep_checkpoints)
         if args.capture_video and (iteration % args.video_every == 0 or last):

@@ -6,6 +6,7 @@ from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stop
 if __name__ == "__main__":
     exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
 
+import functools
 import math
 import os
 import random
@@ -380,6 +381,15 @@ if __name__ == "__main__":
     episode_returns = np.zeros(args.num_envs, dtype=np.float64)
     recent_returns: list[float] = []
     progress = ProgressLine(global_step, args.num_iterations * args.num_envs)  # and SPS from here
+    # a diverged run stops with one line naming its last good checkpoint and the flag to lower
+    stop_if_diverged = functools.partial(
+        exit_if_diverged,
+        checkpoint_path=checkpoint_path,
+        resumed_from=args.resume,
+        writer=writer,
+        progress=progress,
+        flag="--learning-rate",
+    )
     videos = VideoJobs(run_dir, model_file)
     stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
     obs, _ = envs.reset()
@@ -399,6 +409,8 @@ if __name__ == "__main__":
             # clipped to the bounds here, not by the env: the env executes exactly the action the buffer stores
             actions = actions.cpu().numpy().clip(action_low, action_high).astype(np.float32)
         global_step += args.num_envs
+        # a policy that diverged since the last check stops here, before the env runs a NaN action
+        stop_if_diverged(bool(np.isfinite(actions).all()), iteration=iteration, global_step=global_step)
 
         # TRY NOT TO MODIFY: execute the game and log data. On a stale step (the one after a boundary) EnvPool ignores
         # the action and returns the reset observation with reward 0: that transition is not stored.
@@ -454,15 +466,7 @@ if __name__ == "__main__":
             threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
             finite = torch_all_finite(online, None if stats is None else stats["qf1_loss"] + stats["qf2_loss"])
-            exit_if_diverged(
-                finite,
-                iteration=iteration,
-                global_step=global_step,
-                checkpoint_path=checkpoint_path,
-                resumed_from=args.resume,
-                writer=writer,
-                progress=progress,
-            )
+            stop_if_diverged(finite, iteration=iteration, global_step=global_step)
         if saving:
             save_torch(checkpoint_path, training_state(iteration), progress, keep=args.keep_checkpoints)
         if args.capture_video and (iteration % args.video_every == 0 or last):

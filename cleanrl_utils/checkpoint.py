@@ -19,6 +19,8 @@ from typing import Callable
 
 import numpy as np
 
+from cleanrl_utils.stop import SAVES_IN_PROGRESS
+
 # Every checkpoint holds these, with these types (the script's own keys are checked by the script).
 COMMON_KEYS = {"script": str, "run_name": str, "args": dict, "iteration": int, "global_step": int, "rng": dict}
 
@@ -42,6 +44,7 @@ def write_atomically(path: str, write: Callable) -> None:
     """`write(file)` into `path + ".tmp"`, flushed to disk, then renamed over `path`: a crash, kill or
     full disk mid-write never leaves a torn checkpoint, and the previous one stays until the rename."""
     tmp_path = path + ".tmp"
+    SAVES_IN_PROGRESS.add(tmp_path)  # a second Ctrl-C during the write removes it (cleanrl_utils.stop)
     try:
         with open(tmp_path, "wb") as f:
             write(f)
@@ -61,6 +64,8 @@ def write_atomically(path: str, write: Callable) -> None:
             "file there, if any, is as it was. Free space there (a checkpoint that holds a replay buffer is the largest: "
             "--no-checkpoint-buffer leaves it out where a script has it) and resume"
         )
+    finally:
+        SAVES_IN_PROGRESS.discard(tmp_path)
 
 
 def os_error_in(error: BaseException) -> OSError | None:

@@ -307,6 +307,8 @@ def evaluate(
             f"error: --model-path {model_path!r} does not fit the network and env that {name} builds for "
             f"{env_id!r} ({type(error).__name__}: {first_line}); was it written by another script, or edited?"
         )
+    if video_dir:
+        os.makedirs(video_dir, exist_ok=True)
     returns = play(player, episodes, video_dir)
     if video_dir and player.film_env_id:
         record_gymnasium_episodes(player.film_env_id, player.act, video_dir, episodes, seed)
@@ -369,7 +371,7 @@ def main() -> None:
     video_dir = None
     if args.capture_video:
         video_dir = args.video_dir or os.path.join(os.path.dirname(os.path.abspath(args.model_path)), "videos")
-        check_writable_dir(video_dir, "--video-dir")
+        check_writable_dir(video_dir, "--video-dir", keep=False)  # made by evaluate(), after its own checks
     returns = evaluate(
         args.model_path, args.episodes, args.seed, args.greedy, args.cuda, video_dir, epsilon=args.epsilon, script=args.script
     )

@@ -311,13 +311,11 @@ def main() -> None:
         sys.exit(
             f"error: need --smoothing-window > 0 and --grid-points >= 2, got {args.smoothing_window} and {args.grid_points}"
         )
-    created = not os.path.exists(args.output_dir)
-    check_writable_dir(args.output_dir, "--output-dir")  # first: a bad folder is one line, not a report then a line
+    # first: a bad folder is one line, not a report then a line; it is made only once there is something to plot
+    check_writable_dir(args.output_dir, "--output-dir", keep=False)
     notes: list[str] = []
     runs = load_runs(args.log_dir, args.tag, notes)
     if not runs:
-        if created:  # refused: leave nothing behind
-            os.rmdir(args.output_dir)
         sys.exit(
             f"error: no run under {args.log_dir!r} logged {args.tag!r} (runs are folders <env>__<script>__<seed>__<time>)"
         )
@@ -326,9 +324,8 @@ def main() -> None:
     for note in notes:
         print(note)
     if not runs:
-        if created:
-            os.rmdir(args.output_dir)
         sys.exit(f"error: no run under {args.log_dir!r} finished (--include-unfinished plots unfinished ones too)")
+    os.makedirs(args.output_dir, exist_ok=True)
     envs = sorted({run.env_id for run in runs})
     for env_id in envs:
         path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file

@@ -2,7 +2,7 @@
 from them.
 
     python -m cleanrl_utils.results                     # benchmark/results -> docs/results, README.md, docs/*.md
-    python -m cleanrl_utils.results --results-dir DIR --output-dir OUT   # tables.md, PNGs; pages only with --docs
+    python -m cleanrl_utils.results --results-dir DIR --output-dir OUT   # tables.md; pages (and their PNGs) only with --docs
 
 Each run's record (`benchmark/results/records/<exp_name>/<env_id>__<seed>.json`) holds its summary (script, env,
 seed, budget, final return, best test return, wall-clock, CPU, command) and two downsampled curves: training
@@ -420,8 +420,8 @@ class ResultsArgs:
     results_dir: str = "benchmark/results"
     """the campaign's tracked results (records/*/*.json, published.csv)"""
     output_dir: str = DEFAULT_OUTPUT_DIR
-    """where the PNGs and tables.md go; anywhere but docs/results, the pages are left alone unless named with --docs
-    (their image links would point there)"""
+    """where tables.md and the PNGs of the page sections filled go (a figure is drawn for a section it fills); anywhere
+    but docs/results, the pages are left alone unless named with --docs (their image links would point there)"""
     docs: list[str] | None = None
     """the pages whose results markers are filled in (a named page without a marker gets a warning); unset: README.md
     and docs/*.md when --output-dir is docs/results, none otherwise"""

@@ -88,8 +88,11 @@ def check_resumes_the_latest(run_dir: str, checkpoint_path: str) -> None:
         name for name in os.listdir(run_dir) if (other := kept_checkpoint_step(name)) and other[1] == ext and other[0] > step
     )
     latest = os.path.join(run_dir, f"checkpoint{ext}")
+    # checkpoint.<ext> counts when it is another state than both the refused file and the newest kept one (it is
+    # often a link to that one: the same step, not a later one)
     if os.path.exists(latest) and not same_checkpoint(latest, checkpoint_path):
-        newer.append(f"checkpoint{ext}")
+        if not (newer and same_checkpoint(latest, os.path.join(run_dir, newer[-1]))):
+            newer.append(f"checkpoint{ext}")
     if newer:
         branch = f"{run_dir}-from-{step}"
         if len(newer) > 3:  # a long run keeps thousands: the line names how many and the latest
@@ -109,8 +112,14 @@ def same_checkpoint(a: str, b: str) -> bool:
     return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
 
 
-def check_writable_dir(path: str, flag: str) -> None:
-    """Exit with one line unless `path` is (or can be made) a folder this process can write into."""
+def check_writable_dir(path: str, flag: str, keep: bool = True) -> None:
+    """Exit with one line unless `path` is (or can be made) a folder this process can write into. keep=False: the
+    folders made for the check are removed again (a tool that may still refuse its input creates its output folder
+    only when it writes: a refused command leaves nothing behind)."""
+    missing, parent = [], os.path.abspath(path)
+    while not os.path.exists(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write-test-{os.getpid()}")
@@ -119,6 +128,10 @@ def check_writable_dir(path: str, flag: str) -> None:
         os.remove(probe)
     except OSError as error:
         sys.exit(f"error: {flag} {path!r} is not a writable folder ({type(error).__name__}: {error.strerror})")
+    finally:
+        for folder in missing if not keep else ():  # deepest first
+            if os.path.isdir(folder):
+                os.rmdir(folder)
 
 
 def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = None):

@@ -6,7 +6,7 @@
   iteration: the script then writes its checkpoint and exits 0. SIGTERM is what schedulers send
   (SLURM, `docker stop`, Kubernetes, `timeout`), so it is treated as Ctrl-C is. A second signal
   aborts at once without saving; the last checkpoint stays valid (checkpoints are written whole,
-  then renamed).
+  then renamed), and a save it interrupts leaves no half-written file behind.
 
 The handlers never raise. An exception raised from a signal handler lands in whatever Python code
 runs at that moment, and inside a garbage-collection callback (JAX registers one, and EnvPool imports
@@ -20,6 +20,9 @@ import signal
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+# The half-written files of the saves in progress (cleanrl_utils.checkpoint.write_atomically): a second signal during a
+# save removes them, each as large as a checkpoint, and a run never resumed would otherwise keep them forever.
+SAVES_IN_PROGRESS: set[str] = set()
 
 
 def _say(message: str) -> None:
@@ -59,7 +62,17 @@ class StopAfterIteration:
 
     def _handle(self, signum, frame):
         if self.requested:
-            _say(f"{SIGNAL_NAMES[signum]} again: aborted without saving (a checkpoint written before, if any, stays valid)")
+            removed = ""
+            for tmp_path in list(SAVES_IN_PROGRESS):
+                try:
+                    os.remove(tmp_path)
+                    removed += f"removed the half-written {os.path.basename(tmp_path)}; "
+                except OSError:  # renamed into place a moment ago: that save completed
+                    pass
+            _say(
+                f"{SIGNAL_NAMES[signum]} again: aborted without saving ({removed}a checkpoint written before, if any, "
+                "stays valid)"
+            )
             _exit_now(128 + signum)
         self.requested = True
         if not self.quiet:

@@ -90,7 +90,8 @@ def test_inverted_pendulum_learns_and_evaluates(learning_run):
 
 
 BAD_INPUT = [
-    (["--rpo-alpha", "-0.1"], ["--rpo-alpha must be >= 0", "got -0.1"]),
+    (["--rpo-alpha", "-0.1"], ["--rpo-alpha must be in [0, 10]", "got -0.1"]),
+    (["--rpo-alpha", "1e300"], ["--rpo-alpha must be in [0, 10]", "got 1e+300"]),  # trial 9 T2: was a traceback
     (["--rpo-alpha", "nan"], ["--rpo-alpha must be a finite number, got nan"]),
     (["--env-id", "Pong-v5"], ["Pong-v5"]),
 ]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
-from helpers import evaluate_cli_returns, only_run_dir, read_scalars, run_script
+from helpers import assert_one_error_line, evaluate_cli_returns, only_run_dir, read_scalars, run_script
 
 import cleanrl.dqn_atari_envpool as dqn_atari
 import cleanrl.sac_atari_envpool as sac_atari
@@ -116,6 +116,17 @@ BAD_INPUT = [
     (["--target-entropy-scale", "nan"], ["--target-entropy-scale must be a finite number, got nan"]),
     (["--policy-lr", "-1"], ["--policy-lr", "-1"]),
     (["--update-frequency", "0"], ["--update-frequency", "positive"]),
+    (["--alpha", "1e300", "--no-autotune"], ["--alpha must be in (0, 1000]", "got 1e+300"]),  # trial 9 T3
     (["--env-id", "Hopper-v4"], ["MuJoCo", "Atari"]),
     (["--learning-starts", "20000", "--total-timesteps", "10000"], ["--learning-starts 20000", "10000"]),
 ]
+
+
+def test_divergence_stops_with_one_line_before_acting_on_nan(tmp_path):
+    """Trial 9 T1: policy lr 1e30 turns the policy's probabilities into NaN on the first updates, and acting sampled
+    from them with torch.multinomial, which raised before the periodic check could stop the run. The check on the
+    probabilities stops it with the one divergence line, naming the flags to lower."""
+    flags = [*SHORT, "--learning-starts", "200", "--total-timesteps", "600", "--policy-lr", "1e30"]
+    result = run_script(SCRIPT, *flags, "--log-dir", str(tmp_path))
+    fragments = ["non-finite loss or parameters at iteration", "no checkpoint was written", "--q-lr or --policy-lr"]
+    assert_one_error_line(result, fragments, ignore_warnings=True)

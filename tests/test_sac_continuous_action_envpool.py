@@ -290,11 +290,14 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
 
 def test_divergence_stops_before_saving(tmp_path):
     """Critic lr 1e30: the weights blow up within a few updates (learning starts at step 300). The run stops with one
-    line at its next check (the save due at iteration 400) and keeps the last good checkpoint (200) as it was."""
+    line and keeps the last good checkpoint (200) as it was. It stops at the first NaN action, before the env runs
+    it (trial 9 T1: MuJoCo warned of an unstable simulation on every step until the periodic check, here at 400)."""
     flags = [*RESUME, "--total-timesteps", "3000", "--q-lr", "1e30", "--checkpoint-every", "200", "--log-dir", str(tmp_path)]
     result = run_script(SCRIPT, *flags)
-    fragments = ["non-finite", "iteration 400", "last good checkpoint", "try a lower --q-lr or --policy-lr"]
+    fragments = ["non-finite", "last good checkpoint", "try a lower --q-lr or --policy-lr"]
     assert_one_error_line(result, fragments, ignore_warnings=True)
+    stopped_at = int(result.stderr.split("at iteration ")[1].split()[0])
+    assert 300 < stopped_at < 400 and f"(global step {stopped_at})" in result.stderr  # 1 env: a step per iteration
     assert torch.load(os.path.join(only_run_dir(tmp_path), "checkpoint.pt"), weights_only=True)["iteration"] == 200
 
 
@@ -310,6 +313,8 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
 
 BAD_INPUT = [
     (["--env-id", "Pong-v5"], ["'Pong-v5'", "Atari", "MuJoCo", "Pendulum-v1"]),
+    (["--alpha", "1e300", "--no-autotune"], ["--alpha must be in (0, 1000]", "got 1e+300"]),  # trial 9 T3: inf in float32
+    (["--alpha", "0"], ["--alpha must be in (0, 1000]", "got 0"]),
     (["--env-id", "Hoper-v4"], ["'Hoper-v4'", "Hopper-v4"]),
     (["--env-id", "CartPole-v1"], ["'CartPole-v1'", "classic control"]),
     (["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512", "--buffer-size 100"]),

@@ -113,6 +113,53 @@ def test_a_second_signal_aborts_at_once_without_saving(first, second):
     assert lines[1].endswith("again: aborted without saving (a checkpoint written before, if any, stays valid)")
 
 
+SLOW_SAVE = """
+    import sys, time
+    from cleanrl_utils.checkpoint import write_atomically
+    from cleanrl_utils.stop import StopAfterIteration
+
+    stop = StopAfterIteration()
+    print("ready", flush=True)
+    while not stop.requested:
+        time.sleep(0.01)
+
+    def write_slowly(file):
+        file.write(b"x" * 1_000_000)
+        file.flush()
+        print("writing", flush=True)
+        time.sleep(60)  # a save of GBs: the second signal lands in the middle of it
+
+    write_atomically(sys.argv[1], write_slowly)
+    print("saved", flush=True)
+"""
+
+
+def test_a_second_signal_during_a_save_removes_its_half_written_file(tmp_path):
+    """Trial 9, T6: the torn checkpoint.pt.tmp stayed, as large as a checkpoint; with no checkpoint before it nothing
+    would ever remove it (only a resume cleans up). The previous checkpoint stays as it was."""
+    (tmp_path / "checkpoint.pt").write_bytes(b"the previous checkpoint")
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SLOW_SAVE), str(tmp_path / "checkpoint.pt")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    wait_for(process, "ready")
+    process.send_signal(signal.SIGINT)
+    wait_for(process, "writing")
+    assert (tmp_path / "checkpoint.pt.tmp").stat().st_size == 1_000_000
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 130 and "saved" not in stdout and "Traceback" not in stderr
+    assert stderr_lines(stderr)[-1].endswith(
+        "again: aborted without saving (removed the half-written checkpoint.pt.tmp; a checkpoint written before, if "
+        "any, stays valid)"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint.pt"]
+    assert (tmp_path / "checkpoint.pt").read_bytes() == b"the previous checkpoint"
+
+
 ASYNC_ENVS = """
     import multiprocessing
     import gymnasium as gym
@@ -154,7 +201,9 @@ def test_a_second_ctrl_c_to_the_process_group_leaves_no_worker_traceback():
     stdout, stderr = process.communicate(timeout=30)
     assert process.returncode == 130
     assert "Traceback" not in stderr and "Error" not in stderr, stderr
-    assert stderr_lines(stderr)[-1].endswith("again: aborted without saving (a checkpoint written before, if any, stays valid)")
+    assert stderr_lines(stderr)[-1].endswith(
+        "again: aborted without saving (a checkpoint written before, if any, stays valid)"
+    )
 
 
 # JAX registers a garbage-collection callback (EnvPool imports JAX). An exception raised by a signal
