@@ -99,6 +99,16 @@ def check_interpreter(argv: list[str]) -> None:
         )
 
 
+def check_no_repeats(flag: str, values: list) -> None:
+    """A repeated env id or seed would train the same run twice at once, both appending to one log (and plot
+    would keep only one of them): one line and exit, before anything runs or is created."""
+    for value in values:
+        count = values.count(value)
+        if count > 1:
+            times = "twice" if count == 2 else f"{count} times"
+            sys.exit(f"error: {flag} lists {value} {times}; each env id and seed runs once")
+
+
 def plan_runs(command: str, env_ids: list[str], seeds: list[int], log_dir: str) -> list[Run]:
     argv = command_argv(command)
     label = run_label(argv)
@@ -281,6 +291,8 @@ def main() -> None:
         sys.exit(f"error: --workers must be a positive integer, got {args.workers}")
     if not args.env_ids or not args.seeds:
         sys.exit("error: need at least one --env-ids and one --seeds value")
+    check_no_repeats("--env-ids", args.env_ids)
+    check_no_repeats("--seeds", args.seeds)
     runs = plan_runs(args.command, args.env_ids, args.seeds, args.log_dir)
     check_interpreter(runs[0].argv)
     check_writable_dir(args.log_dir, "--log-dir")

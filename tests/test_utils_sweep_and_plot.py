@@ -256,6 +256,24 @@ def test_an_unwritable_log_dir_gives_one_line(tmp_path):
     assert result.stderr.strip().startswith("error: --log-dir") and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "env_ids,seeds,expected",
+    [
+        (["CartPole-v1"], ["1", "1"], "error: --seeds lists 1 twice; each env id and seed runs once"),
+        (["A-v0", "B-v0", "A-v0", "A-v0"], ["1"], "error: --env-ids lists A-v0 3 times; each env id and seed runs once"),
+    ],
+)
+def test_a_repeated_env_id_or_seed_gives_one_line_before_anything_runs(tmp_path, env_ids, seeds, expected):
+    """Trial 9, T7: `--seeds 1 1 --workers 2` trained the same run twice at once, both appending to one log."""
+    log_dir = tmp_path / "logs"
+    result = benchmark_cli(
+        *["--command", f"{sys.executable} -c 'print(1)'", "--env-ids", *env_ids, "--seeds", *seeds, "--workers", "2"],
+        *["--log-dir", str(log_dir)],
+    )
+    assert result.returncode == 1 and result.stderr == expected + "\n" and not result.stdout, result.stderr
+    assert not log_dir.exists()  # nothing ran
+
+
 def test_threads_per_run():
     cores = len(os.sched_getaffinity(0))
     assert threads_per_run(1, 6, {}) == (str(cores), f"{cores} cores / 1 concurrent run")
@@ -558,6 +576,74 @@ def test_gpu_check_into_an_unwritable_out_dir_gives_one_line_before_running_anyt
     assert afile.read_text() == ""
 
 
+GPU_CHECK = os.path.join(REPO, "benchmark", "gpu_check.sh")
+GPU_CHECK_ROWS = dict(re.findall(r'^  \[(\w+)\]="(.*)"$', open(GPU_CHECK).read(), re.MULTILINE))
+TRAINING_SCRIPTS = sorted(name[: -len(".py")] for name in os.listdir(os.path.join(REPO, "cleanrl")) if name != "__init__.py")
+
+
+def test_gpu_check_has_a_row_for_every_training_script():
+    """Trial 9, T9: its table covered 17 of the 25 scripts; a script added without a row fails here."""
+    assert sorted(GPU_CHECK_ROWS) == TRAINING_SCRIPTS
+    for name, command in GPU_CHECK_ROWS.items():
+        assert f"cleanrl/{name}.py" in command.split(), (name, command)
+
+
+# Stands in for python in gpu_check.sh: the two-ranks launch is refused as the script refuses it on one GPU, a
+# training saves a model where its --log-dir points, and a call whose arguments contain $FAIL exits 1.
+FAKE_GPU_PYTHON = """#!/usr/bin/env bash
+case " $* " in *" --nproc-per-node 2 "*)
+  echo "error: 2 processes per host, but this host has 1 CUDA device(s) and each process needs its own" >&2
+  exit 1
+esac
+if [ -n "${FAIL:-}" ] && [[ " $* " == *"$FAIL"* ]]; then exit 1; fi
+while [ "$#" -gt 1 ]; do
+  [ "$1" != --log-dir ] || { mkdir -p "$2/run" && touch "$2/run/agent.cleanrl_model"; }
+  shift
+done
+"""
+
+
+@pytest.mark.parametrize(
+    "fail,run,codes,failed",
+    [
+        ("", "c51", "train rc 0 (.*), evaluate rc 0", 0),
+        (" cleanrl/c51.py ", "c51", "train rc 1 (.*), evaluate rc -", 1),  # a training fails: nothing to evaluate
+        ("/pqn/run/agent.cleanrl_model", "pqn", "train rc 0 (.*), evaluate rc 1", 1),  # its evaluation fails
+    ],
+)
+def test_gpu_check_exits_0_only_when_every_check_passed(tmp_path, fail, run, codes, failed):
+    """Trial 9, T10: failed runs were listed in summary.txt, and the check exited 0 without a word."""
+    python = tmp_path / "fake_python"
+    python.write_text(FAKE_GPU_PYTHON)
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": str(python), "FAIL": fail}
+    result = subprocess.run(["bash", GPU_CHECK, str(out), "120"], capture_output=True, text=True, env=env, timeout=300)
+    summary = (out / "summary.txt").read_text()
+    assert re.search(rf"^{run}: {codes} ", summary, re.MULTILINE), summary
+    assert summary.count(": train rc ") == len(TRAINING_SCRIPTS), summary
+    assert not result.stdout
+    if not failed:
+        assert result.returncode == 0 and not result.stderr, result.stderr
+        return
+    runs = len(TRAINING_SCRIPTS)
+    assert result.returncode == 1 and result.stderr == f"gpu_check: 1 of {runs} runs failed (see {out}/summary.txt)\n"
+
+
+def test_gpu_check_where_every_run_fails_exits_1_with_one_line(tmp_path):
+    """Trial 9, T10: `PYTHON=/bin/false bash benchmark/gpu_check.sh OUT 120` printed nothing and exited 0."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": "/bin/false"}
+    result = subprocess.run(["bash", GPU_CHECK, str(out), "120"], capture_output=True, text=True, env=env, timeout=300)
+    runs = len(TRAINING_SCRIPTS)
+    assert result.returncode == 1 and not result.stdout, result.stderr
+    assert result.stderr == (
+        f"gpu_check: {runs} of {runs} runs failed, the two-ranks refusal check failed, 5 speed row(s) failed "
+        f"(see {out}/summary.txt)\n"
+    )
+    assert (out / "summary.txt").read_text().count(": train rc 1 ") == runs
+
+
 LAYOUT_SCRIPTS = sorted(name for name in os.listdir(os.path.join(REPO, "benchmark")) if name.endswith("_cleanrl_layout.py"))
 
 
@@ -803,7 +889,8 @@ def test_short_runs_summarise_without_warnings_and_runs_without_episodes_are_nam
 
 
 def test_plot_refused_for_a_folder_without_runs_leaves_no_output_folder(tmp_path):
-    """Trial 8, S4: the refusal left the empty --output-dir it had just made."""
+    """Trial 8, S4: the refusal left the empty --output-dir it had just made; trial 9, T5: and, for a nested new
+    folder, its new parents."""
     (tmp_path / "empty").mkdir()
     result = subprocess.run(
         [
@@ -813,7 +900,7 @@ def test_plot_refused_for_a_folder_without_runs_leaves_no_output_folder(tmp_path
             "--log-dir",
             str(tmp_path / "empty"),
             "--output-dir",
-            str(tmp_path / "p"),
+            str(tmp_path / "p" / "sub"),
         ],
         capture_output=True,
         text=True,
