@@ -56,6 +56,9 @@ class TimeToScoreArgs:
     """where the run trains (a previous run of the same script, env and seed there is replaced)"""
     poll_seconds: float = 15.0
     """how often the run's events are read (the reported time is the game's own, not the poll's)"""
+    cuda: bool = False
+    """train on the GPU (else the run gets --no-cuda, as the CPU figures do); the record names the GPU and its file
+    and run folder end in __cuda, so a CPU record of the same script, env and seed stays"""
 
 
 def window_means(returns: np.ndarray, window: int) -> np.ndarray:
@@ -88,11 +91,19 @@ def main() -> None:
         sys.exit(f"error: --target must be finite, got {args.target}")
     if args.window < 1:
         sys.exit(f"error: --window must be >= 1, got {args.window}")
-    log_dir = os.path.join(args.runs_dir, f"{args.script}__{args.env_id}__{args.seed}")
+    gpu = None
+    if args.cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            sys.exit("error: --cuda needs a CUDA GPU, and torch sees none here; leave --cuda out to train on the CPU")
+        gpu = torch.cuda.get_device_name(0)
+    name = f"{args.script}__{args.env_id}__{args.seed}" + ("__cuda" if args.cuda else "")
+    log_dir = os.path.join(args.runs_dir, name)
     shutil.rmtree(log_dir, ignore_errors=True)
     os.makedirs(log_dir)
     command = [sys.executable, script_path, "--env-id", args.env_id, "--seed", str(args.seed), "--log-dir", log_dir]
-    command += ["--no-cuda", *shlex.split(args.script_args)]
+    command += ([] if args.cuda else ["--no-cuda"]) + shlex.split(args.script_args)
     print(f"time to {args.target:g} over the last {args.window} games, capped at {args.minutes:g} min: {' '.join(command)}")
     launched = time.time()
     with open(os.path.join(log_dir, "train.log"), "w") as log:
@@ -138,10 +149,11 @@ def main() -> None:
         "steps_run": int(steps[-1]) if steps.size else 0,
         "stopped_by": stop_reason or "the run's end",
         "cpu": cpu_description(),
+        "gpu": gpu,
         "command": " ".join(os.path.relpath(part, REPO) if part.startswith(REPO) else part for part in command),
         "games": [[int(s), round(float(t), 1), float(r)] for s, t, r in zip(steps, seconds, returns)],
     }
-    path = os.path.join(args.results_dir, "time_to_score", f"{args.script}__{args.env_id}__{args.seed}.json")
+    path = os.path.join(args.results_dir, "time_to_score", f"{name}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as file:
         json.dump(record, file, indent=None)

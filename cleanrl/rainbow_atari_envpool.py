@@ -126,7 +126,7 @@ class Args:
 
     # Speed levers: each keeps the learning curve (see README); auto picks what is fastest on this machine
     precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """the network trunk's precision (the heads' output layers stay fp32). auto: bf16 autocast where the machine computes bf16 natively (a CPU with AVX512-BF16 or AMX, as oneDNN sees it; CUDA compute capability >= 8.0), else fp32. The run saves the resolved value"""
+    """the network trunk's precision (the heads' output layers stay fp32). auto: bf16 autocast where the machine computes bf16 natively (a CPU with AVX512-BF16 or AMX, as oneDNN sees it), else fp32; fp32 on CUDA, where batch-32 updates are launch-bound and bf16 measured slower. The run saves the resolved value"""
     channels_last: Literal["auto", "on", "off"] = "auto"
     """channels-last memory format for the convolutions. auto: on in fp32 and on CUDA, off for bf16 on CPU"""
     uint8_obs: bool = True
@@ -535,7 +535,8 @@ if __name__ == "__main__":
         args = resume_args(Args, checkpoint, args.resume, MAY_CHANGE_ON_RESUME + ("checkpoint_buffer",))
     validate_args(args, checkpoint)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    threads = choose_speed_levers(args, this_machine(device), checkpoint)  # prints them; args keep the resolved values
+    # prints them; args keep the resolved values. bf16 does not pay for batch-32 updates on a GPU: fp32 there
+    threads = choose_speed_levers(args, this_machine(device), checkpoint, bf16_pays_on_cuda=False)
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
     say_steps_run(args.total_timesteps, args.num_envs, "one step of each of --num-envs envs")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder

@@ -110,10 +110,19 @@ def native_bf16(machine: Machine) -> tuple[bool, str]:
     return True, f"this CPU has {flags}"
 
 
-def resolve_precision(requested: str, machine: Machine, kept_from_checkpoint: bool = False, backend: str = "torch") -> Choice:
+def resolve_precision(
+    requested: str,
+    machine: Machine,
+    kept_from_checkpoint: bool = False,
+    backend: str = "torch",
+    bf16_pays_on_cuda: bool = True,
+) -> Choice:
     """`--precision auto|fp32|bf16` -> "fp32" or "bf16". auto: bf16 only where the machine computes
     it natively, else fp32. `backend="xla"` (the JAX twins): XLA's CPU backend has no bf16
-    convolution path (measured slower than fp32 on every CPU tried), so auto is fp32 on CPU there."""
+    convolution path (measured slower than fp32 on every CPU tried), so auto is fp32 on CPU there.
+    `bf16_pays_on_cuda=False` (the scripts whose updates are a replay batch of 32): on a GPU each such update is a
+    handful of tiny kernels, bound by their launches, and autocast's casts only add kernels, so auto is fp32 on CUDA
+    (DQN Atari on an H200: bf16 at 0.90x, then 0.94-0.97x of fp32's SPS, two sessions)."""
     if requested in ("fp32", "bf16"):
         source = (
             "kept from the checkpoint; --precision auto re-chooses" if kept_from_checkpoint else f"--precision {requested}"
@@ -130,6 +139,8 @@ def resolve_precision(requested: str, machine: Machine, kept_from_checkpoint: bo
         raise ValueError(f"--precision must be auto, fp32 or bf16, got {requested!r}")
     if backend == "xla" and machine.device_type == "cpu":
         return Choice("fp32", "auto: XLA's CPU backend has no native bf16 convolutions")
+    if machine.device_type == "cuda" and not bf16_pays_on_cuda:
+        return Choice("fp32", "auto: batch-32 updates are launch-bound on a GPU, where bf16's casts only add kernels")
     has, why = native_bf16(machine)
     return Choice("bf16" if has else "fp32", f"auto: {why}")
 
@@ -261,13 +272,15 @@ class TorchThreads:
         return count
 
 
-def choose_speed_levers(args, machine: Machine, checkpoint: dict | None = None, backend: str = "torch") -> TorchThreads | None:
+def choose_speed_levers(
+    args, machine: Machine, checkpoint: dict | None = None, backend: str = "torch", bf16_pays_on_cuda: bool = True
+) -> TorchThreads | None:
     """Resolves the script's speed flags for `machine` and prints one line each, `name: value (reason)`:
     `args.precision` and `args.channels_last` (where the script has them) are replaced in place by
     their resolved values, so the run's saved arguments and hyperparameters hold what ran and another
     machine can repeat it; a resumed run keeps its checkpoint's values unless the command passes
     others. Sets torch's threads (returns them, for `update()` once per iteration; None with
-    `backend="xla"`) and TF32 matmuls on CUDA >= 8.0.
+    `backend="xla"`) and TF32 matmuls on CUDA >= 8.0. `bf16_pays_on_cuda=False`: see `resolve_precision`.
 
     A resume that run_folder would refuse (a folder it cannot write to, an older kept checkpoint of a run that went
     on) is refused here first, so a refused resume prints its error line only, not these lines before it."""
@@ -281,7 +294,9 @@ def choose_speed_levers(args, machine: Machine, checkpoint: dict | None = None, 
     precision = None
     if hasattr(args, "precision"):
         kept = args.precision == saved.get("precision")
-        precision = resolve_precision(args.precision, machine, kept_from_checkpoint=kept, backend=backend)
+        precision = resolve_precision(
+            args.precision, machine, kept_from_checkpoint=kept, backend=backend, bf16_pays_on_cuda=bf16_pays_on_cuda
+        )
         args.precision = precision.value
         print(f"precision: {precision.value} ({precision.reason})", flush=True)
     if hasattr(args, "channels_last"):

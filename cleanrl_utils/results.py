@@ -354,18 +354,31 @@ def load_time_to_score(results_dir: str) -> list[dict]:
     return records
 
 
+def machine_of(record: dict) -> str:
+    """The CPU, and the GPU where the run trained on one (records before --cuda have no "gpu" key: CPU runs)."""
+    return f"{record['gpu']} + {record['cpu']}" if record.get("gpu") else record["cpu"]
+
+
+def settings_of(record: dict) -> str:
+    """The arguments the run got beyond the driver's own (--env-id, --seed, --log-dir, --no-cuda), or "defaults"."""
+    words = record["command"].split()
+    words = words[words.index("--log-dir") + 2 :] if "--log-dir" in words else []
+    words = [word for word in words if word != "--no-cuda"]
+    return f"`{' '.join(words)}`" if words else "defaults"
+
+
 def time_to_score_table(records: list[dict]) -> str:
     """One row per run: the target, whether and when it was reached, how far the run got, the machine."""
     lines = [
-        "| script | game | seed | target | reached at (min / steps) | best mean | ran (min / steps) | CPU |",
-        "|---|---|---|---|---|---|---|---|",
+        "| script | settings | game | seed | target | reached at (min / steps) | best mean | ran (min / steps) | machine |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         reached = f"{r['minutes_to_target']:.1f} / {r['steps_to_target']:,}" if r["reached"] else "not reached"
         best = "-" if r["best_window_mean"] is None else f"{r['best_window_mean']:.1f}"
         lines.append(
-            f"| {r['script']} | {r['env_id']} | {r['seed']} | {r['target']:g} (last {r['window']} games) | {reached} | "
-            f"{best} | {r['minutes_run']:.1f} / {r['steps_run']:,} (cap {r['cap_minutes']:g} min) | {r['cpu']} |"
+            f"| {r['script']} | {settings_of(r)} | {r['env_id']} | {r['seed']} | {r['target']:g} (last {r['window']} games) | {reached} | "
+            f"{best} | {r['minutes_run']:.1f} / {r['steps_run']:,} (cap {r['cap_minutes']:g} min) | {machine_of(r)} |"
         )
     return "\n".join(lines)
 
@@ -383,7 +396,7 @@ def plot_time_to_score(records: list[dict], path: str) -> None:
         if len(games) < r["window"]:
             continue
         means = np.convolve(games[:, 2], np.ones(r["window"]) / r["window"], mode="valid")
-        label = f"{r['script']} {r['env_id']} seed {r['seed']}"
+        label = f"{r['script']} {r['env_id']} seed {r['seed']}" + (f" ({r['gpu']})" if r.get("gpu") else " (CPU)")
         axes[0].plot(games[r["window"] - 1 :, 1] / 60, means, label=label)
         axes[1].plot(games[r["window"] - 1 :, 0] / 1e6, means, label=label)
     for axis, label in zip(axes, ("wall-clock from launch (min)", "env steps (M)")):

@@ -101,6 +101,19 @@ def test_the_xla_backend_stays_fp32_on_every_cpu_and_takes_bf16_on_ampere():
     assert resolve_precision("auto", T4, backend="xla").value == "fp32"
 
 
+def test_batch_32_replay_scripts_stay_fp32_on_every_gpu_and_keep_bf16_on_a_native_cpu():
+    # DQN Atari on an H200: bf16 at 0.90x, then 0.94-0.97x of fp32's SPS (two sessions), so auto must not pick it there
+    for machine in (T4, V100, A100, H100):
+        choice = resolve_precision("auto", machine, bf16_pays_on_cuda=False)
+        assert choice.value == "fp32" and "launch-bound" in choice.reason
+    assert resolve_precision("auto", ZEN4, bf16_pays_on_cuda=False).value == "bf16"  # the CPU rule is unchanged
+    assert resolve_precision("auto", AVX2_LAPTOP, bf16_pays_on_cuda=False).value == "fp32"
+    assert resolve_precision("bf16", H100, bf16_pays_on_cuda=False).value == "bf16"  # asked for: obeyed
+    for script in ("dqn_atari_envpool", "c51_atari_envpool", "rainbow_atari_envpool", "sac_atari_envpool"):
+        with open(os.path.join(REPO, "cleanrl", f"{script}.py")) as file:
+            assert "choose_speed_levers(args, this_machine(device), checkpoint, bf16_pays_on_cuda=False)" in file.read()
+
+
 @pytest.mark.parametrize(
     "requested, precision, machine, expected",
     [

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import REPO, read_scalars
 
-from cleanrl_utils.results import iqm, optimality_gap, stratified_bootstrap, write_summary_csv
+from cleanrl_utils.results import iqm, optimality_gap, stratified_bootstrap, time_to_score_table, write_summary_csv
 
 spec = importlib.util.spec_from_file_location("campaign", os.path.join(REPO, "benchmark", "campaign.py"))
 campaign = importlib.util.module_from_spec(spec)
@@ -306,6 +306,32 @@ def test_time_to_score_stops_a_real_run_at_its_target_and_the_results_page_shows
         cwd=REPO,
     )
     assert rendered.returncode == 0, rendered.stderr
-    row = f"| pqn_atari_envpool | Pong-v5 | 1 | -21 (last 2 games) | {record['minutes_to_target']:.1f} / {games[1][0]:,} |"
+    settings = " ".join(record["command"].split()[-8:])  # the --script-args
+    row = f"| pqn_atari_envpool | `{settings}` | Pong-v5 | 1 | -21 (last 2 games) | {record['minutes_to_target']:.1f} / {games[1][0]:,} |"
     assert row in page.read_text() and (tmp_path / "out" / "pong.png").stat().st_size > 0
     assert "## Time to score" in (tmp_path / "out" / "tables.md").read_text()
+
+
+def test_a_gpu_record_names_its_gpu_and_a_cpu_record_its_cpu_alone():
+    base = {"script": "pqn_atari_envpool", "env_id": "Pong-v5", "seed": 1, "target": 18.0, "window": 20, "reached": True}
+    base |= {"minutes_to_target": 3.6, "steps_to_target": 1412480, "best_window_mean": 18.6, "minutes_run": 3.7}
+    base |= {"steps_run": 1421312, "cap_minutes": 7.0, "cpu": "Xeon, 16 cores"}
+    base |= {"command": "python cleanrl/pqn_atari_envpool.py --env-id Pong-v5 --seed 1 --log-dir runs/x --num-envs 128"}
+    # written before --cuda existed: no "gpu" key
+    older_cpu_record = base | {"command": "python cleanrl/pqn_atari_envpool.py --env-id Pong-v5 --log-dir runs/x --no-cuda"}
+    table = time_to_score_table([base | {"gpu": "NVIDIA H200"}, base | {"gpu": None}, older_cpu_record])
+    rows = table.splitlines()[2:]
+    assert rows[0].startswith("| pqn_atari_envpool | `--num-envs 128` |")
+    assert rows[0].endswith("| NVIDIA H200 + Xeon, 16 cores |")
+    assert rows[1].endswith("| Xeon, 16 cores |") and rows[2].endswith("| Xeon, 16 cores |")
+    assert rows[2].startswith("| pqn_atari_envpool | defaults | Pong-v5 |")  # the driver's own arguments are not settings
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_time_to_score_cuda_without_a_gpu_is_one_line_and_leaves_nothing(tmp_path):
+    command = [sys.executable, os.path.join(REPO, "benchmark", "time_to_score.py"), "--script", "pqn_atari_envpool"]
+    command += ["--cuda", "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == "error: --cuda needs a CUDA GPU, and torch sees none here; leave --cuda out to train on the CPU\n"
+    assert list(tmp_path.iterdir()) == []
