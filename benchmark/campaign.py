@@ -21,6 +21,7 @@ episodes that ended in the last 5% of the steps. `python -m cleanrl_utils.result
 and figures.
 """
 
+import glob
 import json
 import os
 import resource
@@ -34,8 +35,15 @@ import tyro
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run as `python benchmark/campaign.py` from anywhere
-from cleanrl_utils.results import cpu_description, run_record, write_summary_csv  # noqa: E402
+from cleanrl_utils.results import (  # noqa: E402
+    DEFAULT_OUTPUT_DIR,
+    MARKER,
+    cpu_description,
+    run_record,
+    write_summary_csv,
+)
 
+DEFAULT_RESULTS_DIR = os.path.join(REPO, "benchmark", "results")
 TIANSHOU_EPOCH = 30_000  # env steps between periodic tests in Tianshou's MuJoCo benchmark
 
 
@@ -106,12 +114,13 @@ class CampaignArgs:
     off-policy-mujoco"""
     seeds: int = 0
     """seeds 1..N (0: the slice's own count, 5 or 3)"""
-    results_dir: str = os.path.join(REPO, "benchmark", "results")
+    results_dir: str = DEFAULT_RESULTS_DIR
     """the tracked folder the results go to"""
     runs_dir: str = os.path.join(REPO, "runs", "campaign")
     """where the runs' own folders (events, kept checkpoints, logs) go"""
     commit: bool = False
-    """git-commit each finished run's results file and summary.csv"""
+    """git-commit each finished run's results file and summary.csv, with the tables and figures regenerated from
+    them (docs/results/ and the results sections of README.md and docs/*.md), so that main's pages are never stale"""
     dry_run: bool = False
     """list the slice's runs and whether each is finished, run nothing"""
     only_env: list[str] = field(default_factory=list)
@@ -177,6 +186,24 @@ def commit(paths: list[str], message: str) -> None:
     print(f"warning: could not commit {paths} (git busy or failing); the files are written", flush=True)
 
 
+def regenerate_pages() -> list[str]:
+    """Refresh every table and figure (`python -m cleanrl_utils.results`) so that what is committed shows every
+    committed record; returns what to commit beside the record: docs/results/, and the pages with results markers
+    unless one of them holds uncommitted edits (a commit of the page would take those too: said in a line)."""
+    pages = ["README.md", *sorted(glob.glob("docs/*.md", root_dir=REPO))]  # the pages results fills by default
+    pages = [page for page in pages if MARKER.search(open(os.path.join(REPO, page)).read())]
+    edited = subprocess.run(["git", "diff", "--quiet", "--", *pages], cwd=REPO).returncode != 0
+    command = [sys.executable, "-m", "cleanrl_utils.results"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"warning: the pages were not regenerated: {done.stderr.strip()}", flush=True)
+        return []
+    if edited:
+        print("warning: a results page has uncommitted edits; regenerated, not committed", flush=True)
+        return [DEFAULT_OUTPUT_DIR]
+    return [DEFAULT_OUTPUT_DIR, *pages]
+
+
 def main() -> None:
     args = tyro.cli(CampaignArgs)
     if args.slice not in SLICES:
@@ -220,7 +247,8 @@ def main() -> None:
             flush=True,
         )
         if args.commit:
-            commit([path, summary], f"results: {cell.exp_name} {env_id} seed {seed}")
+            pages = regenerate_pages() if os.path.samefile(args.results_dir, DEFAULT_RESULTS_DIR) else []
+            commit([path, summary, *pages], f"results: {cell.exp_name} {env_id} seed {seed}")
     sys.exit(1 if failures else 0)
 
 

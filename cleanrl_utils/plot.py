@@ -37,7 +37,7 @@ from cleanrl_utils.run import check_writable_dir
 @dataclass
 class PlotArgs:
     log_dir: str = "runs"
-    """the folder holding the run folders"""
+    """the folder holding the run folders, or one run's own folder"""
     output_dir: str = "plots"
     """where the PNGs and summary.md go"""
     tag: str = "charts/episodic_return"
@@ -104,8 +104,8 @@ def _int(value: str | None) -> int | None:
 
 
 def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[RunData]:
-    """Every run folder directly under `log_dir` that logged `tag`. Folders that cannot be told
-    apart (no hyperparameters and no run-name folder name) are skipped with a note."""
+    """Every run folder directly under `log_dir` that logged `tag` (`log_dir` itself, where it is one run's folder).
+    Folders that cannot be told apart (no hyperparameters and no run-name folder name) are skipped with a note."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     # A resumed run rewrote its steps past the checkpoint (purge_step): tensorboard drops the old ones, as meant, and
@@ -113,7 +113,12 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
     logging.getLogger("tensorboard").setLevel(logging.ERROR)
     notes = [] if notes is None else notes
     runs = []
-    for name in sorted(os.listdir(log_dir)):
+    if any(f.startswith("events.out.tfevents") for f in os.listdir(log_dir)):  # one run's own folder: that run alone
+        log_dir, names = os.path.split(os.path.abspath(log_dir))
+        names = [names]
+    else:
+        names = sorted(os.listdir(log_dir))
+    for name in names:
         path = os.path.join(log_dir, name)
         if not os.path.isdir(path) or not any(f.startswith("events.out.tfevents") for f in os.listdir(path)):
             continue

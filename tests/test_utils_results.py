@@ -3,9 +3,11 @@
 small fixture of result files, each figure checked against a brute-force computation."""
 
 import csv
+import functools
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -335,3 +337,35 @@ def test_time_to_score_cuda_without_a_gpu_is_one_line_and_leaves_nothing(tmp_pat
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == "error: --cuda needs a CUDA GPU, and torch sees none here; leave --cuda out to train on the CPU\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_committing_campaign_regenerates_the_pages_and_leaves_an_edited_page_out(tmp_path, capsys):
+    """Trial 10, D1: a campaign committed records while the pages' tables stayed as the last manual regeneration
+    left them. With --commit it now regenerates them and commits them with the record; a page with uncommitted
+    edits (someone's) is regenerated but not committed, and a line says so. A copy of the campaign in a fresh repo."""
+    repo = tmp_path / "repo"
+    (repo / "benchmark").mkdir(parents=True)
+    (repo / "docs").mkdir()
+    shutil.copy(os.path.join(REPO, "benchmark", "campaign.py"), repo / "benchmark" / "campaign.py")
+    (repo / "README.md").write_text("# top\n<!-- results-headline top: dqn -->\nold\n<!-- /results -->\n")
+    (repo / "docs" / "plain.md").write_text("no markers\n")
+    record = repo / "benchmark" / "results" / "records" / "dqn" / "CartPole-v1__1.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps(fixture_record("dqn", "dqn", "CartPole-v1", 1, 400.0, 450.0)))
+    git = functools.partial(subprocess.run, cwd=repo, check=True, capture_output=True)
+    git(["git", "init", "-q"])
+    git(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "start"])
+    git(["git", "add", "README.md", "docs/plain.md"])
+    git(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "pages"])
+    spec = importlib.util.spec_from_file_location("campaign_copy", repo / "benchmark" / "campaign.py")
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    assert copy.REPO == str(repo)
+    assert copy.regenerate_pages() == ["docs/results", "README.md"]
+    assert "old" not in (repo / "README.md").read_text() and (repo / "docs" / "results" / "tables.md").exists()
+    assert (repo / "docs" / "plain.md").read_text() == "no markers\n"
+    git(["git", "checkout", "README.md"])
+    (repo / "README.md").write_text((repo / "README.md").read_text() + "someone's edit\n")
+    assert copy.regenerate_pages() == ["docs/results"]  # regenerated, not committed: the edit is not swept in
+    assert "someone's edit" in (repo / "README.md").read_text() and "old" not in (repo / "README.md").read_text()
+    assert "a results page has uncommitted edits; regenerated, not committed" in capsys.readouterr().out

@@ -338,6 +338,22 @@ def write_script_run(log_dir, env_id, seed, returns, last_step, total, wall_star
     return run_name
 
 
+
+def test_plot_takes_one_runs_own_folder_as_that_run(tmp_path):
+    """Trial 10, D2: --log-dir pointing at one run's folder said that no run there logged episodes."""
+    log_dir = tmp_path / "runs"
+    steps = np.arange(1, 51) * 1000
+    write_run(log_dir, "Pong-v5", "ppo_atari_envpool", 1, np.linspace(-21, -10, 50), steps, 600)
+    write_run(log_dir, "Pong-v5", "ppo_atari_envpool", 2, np.linspace(-21, 0, 50), steps, 600)
+    run_dir = log_dir / "Pong-v5__ppo_atari_envpool__2__1700000000"
+    (run,) = load_runs(str(run_dir), "charts/episodic_return")
+    assert (run.env_id, run.seed) == ("Pong-v5", 2)
+    out_dir = tmp_path / "plots"
+    command = [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(run_dir), "--output-dir", str(out_dir)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "| ppo_atari_envpool | Pong-v5 | 1 | 50,000 |" in (out_dir / "summary.md").read_text()  # one seed: that run
+
 def test_plot_counts_seeds_not_folders_and_leaves_out_unfinished_runs(tmp_path, capsys):
     log_dir = tmp_path / "runs"
     total = 10_000
