@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from cleanrl_utils.stop import SAVES_IN_PROGRESS
+from cleanrl_utils.stop import COMPLETED_SAVES, SAVES_IN_PROGRESS
 
 # Every checkpoint holds these, with these types (the script's own keys are checked by the script).
 COMMON_KEYS = {"script": str, "run_name": str, "args": dict, "iteration": int, "global_step": int, "rng": dict}
@@ -51,6 +51,7 @@ def write_atomically(path: str, write: Callable) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
+        COMPLETED_SAVES.append(path)
     except BaseException as error:  # a full disk or a KeyboardInterrupt: the half-written file is as large as a checkpoint
         written = os.path.getsize(tmp_path) if os.path.exists(tmp_path) else 0
         if os.path.exists(tmp_path):

@@ -15,6 +15,12 @@ what training played, for a copied and changed script too. `--script` names anot
 file from before paths were recorded whose script is not in this clone's `cleanrl/`).
 """
 
+from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals
+
+if __name__ == "__main__":
+    # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
+    exit_tool_on_signals("cleanrl_utils.evaluate")
+
 import importlib.util
 import os
 import sys
@@ -372,6 +378,7 @@ def main() -> None:
     if args.capture_video:
         video_dir = args.video_dir or os.path.join(os.path.dirname(os.path.abspath(args.model_path)), "videos")
         check_writable_dir(video_dir, "--video-dir", keep=False)  # made by evaluate(), after its own checks
+        LEFT_BEHIND.append(f"the videos in {video_dir} are those filmed so far, the last one possibly cut short")
     returns = evaluate(
         args.model_path, args.episodes, args.seed, args.greedy, args.cuda, video_dir, epsilon=args.epsilon, script=args.script
     )

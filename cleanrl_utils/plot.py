@@ -22,6 +22,12 @@ final return (mean of each run's last 10% of episodes, then mean +- std over see
 (max of the mean curve) and SPS.
 """
 
+from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals
+
+if __name__ == "__main__":
+    # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
+    exit_tool_on_signals("cleanrl_utils.plot")
+
 import logging
 import os
 import sys
@@ -331,6 +337,7 @@ def main() -> None:
     if not runs:
         sys.exit(f"error: no run under {args.log_dir!r} finished (--include-unfinished plots unfinished ones too)")
     os.makedirs(args.output_dir, exist_ok=True)
+    LEFT_BEHIND.append(f"{args.output_dir} holds the plots drawn so far, the last one possibly cut short")
     envs = sorted({run.env_id for run in runs})
     for env_id in envs:
         path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file

@@ -16,6 +16,12 @@ Aggregates over tasks use rliable: IQM and optimality gap of scores normalised b
 bootstrap 95% CIs, and a performance profile.
 """
 
+from cleanrl_utils.stop import exit_tool_on_signals
+
+if __name__ == "__main__":
+    # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
+    exit_tool_on_signals("cleanrl_utils.results")
+
 import csv
 import glob
 import json
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cleanrl_utils.checkpoint import write_atomically
 from cleanrl_utils.run import check_writable_dir
 
 SUMMARY_COLUMNS = (
@@ -539,9 +546,8 @@ def main() -> None:
             return f"<!-- {match['kind']} {match['name']}: {match['exp_names']} -->\n{body}<!-- /results -->"
 
         filled = MARKER.sub(fill, text)
-        if filled != text:
-            with open(page, "w") as file:
-                file.write(filled)
+        if filled != text:  # whole or not at all: a Ctrl-C mid-write must not leave README.md cut short
+            write_atomically(page, lambda file, text=filled: file.write(text.encode()))
             pages_changed += 1
             print(f"filled {page}")
     line = (

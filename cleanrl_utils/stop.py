@@ -16,6 +16,7 @@ interrupted in the middle of another print() raises "reentrant call".
 """
 
 import os
+import re
 import signal
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -23,6 +24,11 @@ SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 # The half-written files of the saves in progress (cleanrl_utils.checkpoint.write_atomically): a second signal during a
 # save removes them, each as large as a checkpoint, and a run never resumed would otherwise keep them forever.
 SAVES_IN_PROGRESS: set[str] = set()
+# Every file cleanrl_utils.checkpoint.write_atomically completed, in order: a second signal that lands after the first
+# one's checkpoint was written (while the last evaluation video is filmed, say) says that checkpoint is whole.
+COMPLETED_SAVES: list[str] = []
+# What a command-line tool leaves behind if a signal stops it now, said in its one line (exit_tool_on_signals).
+LEFT_BEHIND: list[str] = []
 
 
 def _say(message: str) -> None:
@@ -50,31 +56,62 @@ def exit_at_once_on_signals() -> None:
         signal.signal(signum, exit_now)
 
 
+def remove_saves_in_progress() -> str:
+    """Remove the half-written files of the saves in progress; says which, for the signal's line."""
+    removed = ""
+    for tmp_path in list(SAVES_IN_PROGRESS):
+        try:
+            os.remove(tmp_path)
+            removed += f"removed the half-written {os.path.basename(tmp_path)}; "
+        except OSError:  # renamed into place a moment ago: that save completed
+            pass
+    return removed
+
+
+def exit_tool_on_signals(tool: str) -> None:
+    """A command-line tool (evaluate, plot, results): Ctrl-C or SIGTERM exits at once (exit code 128 + signal
+    number) with one line that names the tool and what it leaves (`LEFT_BEHIND`), never a KeyboardInterrupt
+    traceback. Installed before the tool's heavy imports, so it holds during start-up too."""
+
+    def exit_now(signum, frame):
+        left = remove_saves_in_progress() + "; ".join(LEFT_BEHIND)
+        _say(f"{SIGNAL_NAMES[signum]}: {tool} stopped" + (f"; {left.rstrip('; ')}" if left else ""))
+        _exit_now(128 + signum)
+
+    for signum in SIGNALS:
+        signal.signal(signum, exit_now)
+
+
 class StopAfterIteration:
     """Training: the first Ctrl-C or SIGTERM sets `requested`; the loop reads it once per iteration,
     checkpoints and exits 0. A second signal aborts at once (exit code 128 + signal number). `quiet`: the first
     signal is not announced (under torchrun every process gets the terminal's Ctrl-C; process 0 alone says it)."""
 
     def __init__(self, quiet: bool = False):
-        self.requested, self.quiet = False, quiet
+        self.requested, self.quiet, self.saves_before = False, quiet, 0
         for signum in SIGNALS:
             signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame):
         if self.requested:
-            removed = ""
-            for tmp_path in list(SAVES_IN_PROGRESS):
-                try:
-                    os.remove(tmp_path)
-                    removed += f"removed the half-written {os.path.basename(tmp_path)}; "
-                except OSError:  # renamed into place a moment ago: that save completed
-                    pass
+            removed = remove_saves_in_progress()
+            saved = [  # checkpoint.pt, or checkpoint-{step}.pt with --keep-checkpoints (checkpoint.pt links to it)
+                os.path.join(os.path.dirname(path), "checkpoint.pt")
+                for path in COMPLETED_SAVES[self.saves_before :]
+                if re.fullmatch(r"checkpoint(-\d+)?\.pt", os.path.basename(path))
+            ]
+            if saved and not removed:  # the stop's own checkpoint is whole: only what came after it is cut short
+                _say(
+                    f"{SIGNAL_NAMES[signum]} again: stopped at once; the checkpoint written after the first signal is "
+                    f"whole: {saved[-1]} (continue with --resume {saved[-1]})"
+                )
+                _exit_now(128 + signum)
             _say(
                 f"{SIGNAL_NAMES[signum]} again: aborted without saving ({removed}a checkpoint written before, if any, "
                 "stays valid)"
             )
             _exit_now(128 + signum)
-        self.requested = True
+        self.requested, self.saves_before = True, len(COMPLETED_SAVES)
         if not self.quiet:
             _say(f"{SIGNAL_NAMES[signum]}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)")
 

@@ -84,6 +84,8 @@ class VideoJobs:
             if not final:
                 print(f"evaluation video of iteration {iteration} skipped: the previous one is still being filmed", flush=True)
                 return
+            # said, so the wait is not a silent hang after a Ctrl-C (whose checkpoint is written by now)
+            print(f"waiting for the evaluation video still being filmed in {self.running[1]} ...", flush=True)
             self._wait()
         video_dir = os.path.join(self.run_dir, "videos", f"iteration-{iteration}")
         os.makedirs(video_dir, exist_ok=True)
@@ -114,4 +116,6 @@ class VideoJobs:
     def finish(self) -> None:
         """Wait for the evaluator still running, if any."""
         if self.running is not None:
+            if self.running[0].poll() is None:
+                print(f"waiting for the evaluation video still being filmed in {self.running[1]} ...", flush=True)
             self._wait()

@@ -275,3 +275,33 @@ def test_an_error_while_episodes_play_is_not_blamed_on_the_model_file(jax_run, m
 def test_an_evaluation_seed_out_of_range_is_one_line(seed):
     # was: a traceback from Gymnasium (negative) or EnvPool (past int32); checked before the file is read
     one_line_exit(lambda: evaluate_module.evaluate("no such file", seed=seed), "--seed must be in 0..", f"got {seed}")
+
+
+def test_ctrl_c_while_filming_stops_in_one_line_that_names_the_videos(tmp_path):
+    """Trial 10, D3: Ctrl-C to `python -m cleanrl_utils.evaluate` printed a KeyboardInterrupt traceback and left
+    partial videos with nothing saying so. A real CartPole model, filmed: the signal lands while it plays."""
+    import time
+
+    import cleanrl.ppo as ppo
+
+    torch.manual_seed(0)
+    model_path = str(tmp_path / "ppo.cleanrl_model")
+    args = {"env_id": "CartPole-v1", "max_episode_steps": 0}
+    torch.save({"script": "ppo", "args": args, "model_state_dict": ppo.Agent(4, 2).state_dict()}, model_path)
+    video_dir = tmp_path / "videos"
+    command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "100000"]
+    command += ["--capture-video", "--video-dir", str(video_dir), "--torch-threads", "1"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.time() + 120
+    while not video_dir.exists() and time.time() < deadline and process.poll() is None:  # made just before playing
+        time.sleep(0.2)
+    time.sleep(1)
+    assert process.poll() is None, process.communicate()
+    process.send_signal(2)  # SIGINT
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    lines = [line for line in stderr.splitlines() if line.strip() and "warn" not in line.lower()]
+    assert lines == [
+        f"Ctrl-C: cleanrl_utils.evaluate stopped; the videos in {video_dir} are those filmed so far, the last one "
+        "possibly cut short"
+    ], stderr

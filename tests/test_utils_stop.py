@@ -291,3 +291,70 @@ def test_workers_ignore_both_signals():
 def test_stopped_line_names_the_checkpoint_and_the_resume_command():
     path = os.path.join("runs", "X", "checkpoint.pt")
     assert stopped_line(7, path) == f"stopped at iteration 7; checkpoint: {path} (continue with --resume {path})"
+
+
+SAVED_THEN_FILMING = """
+    import sys, time
+    from cleanrl_utils.checkpoint import write_atomically
+    from cleanrl_utils.stop import StopAfterIteration
+
+    stop = StopAfterIteration()
+    print("ready", flush=True)
+    while not stop.requested:
+        time.sleep(0.01)
+    write_atomically(sys.argv[1], lambda file: file.write(b"the stop's checkpoint"))
+    print("saved; filming the last video", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_second_signal_after_the_stops_checkpoint_says_it_is_whole(tmp_path):
+    """Trial 10, D4: the first Ctrl-C's checkpoint was written, then the run waited for its last evaluation video; a
+    second Ctrl-C said "aborted without saving", and no line said how to resume."""
+    path = tmp_path / "checkpoint.pt"
+    command = [sys.executable, "-c", textwrap.dedent(SAVED_THEN_FILMING), str(path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    wait_for(process, "ready")
+    process.send_signal(signal.SIGINT)
+    wait_for(process, "saved; filming")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 130 and "Traceback" not in stderr
+    assert stderr_lines(stderr)[-1] == (
+        f"Ctrl-C again: stopped at once; the checkpoint written after the first signal is whole: {path} "
+        f"(continue with --resume {path})"
+    )
+    assert path.read_bytes() == b"the stop's checkpoint"
+
+
+TOOL = """
+    import time
+    from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals
+    exit_tool_on_signals("cleanrl_utils.some_tool")
+    print("ready", flush=True)
+    time.sleep(1)
+    LEFT_BEHIND.append("out/ holds what was written so far")
+    print("writing", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+@pytest.mark.parametrize("moment", ["ready", "writing"])
+def test_a_tool_stopped_by_a_signal_says_so_in_one_line(signum, name, moment):
+    """Trial 10, D3: Ctrl-C to evaluate, plot or results printed a KeyboardInterrupt traceback of 20-35 lines."""
+    process = start(TOOL)
+    wait_for(process, moment)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 128 + signum
+    left = "; out/ holds what was written so far" if moment == "writing" else ""
+    assert stderr_lines(stderr) == [f"{name}: cleanrl_utils.some_tool stopped{left}"]
+
+
+@pytest.mark.parametrize("tool", ["evaluate", "plot", "results"])
+def test_each_tool_takes_signals_before_its_libraries_load(tool):
+    with open(os.path.join(REPO, "cleanrl_utils", f"{tool}.py")) as file:
+        source = file.read()
+    guard = source.index(f'    exit_tool_on_signals("cleanrl_utils.{tool}")')
+    assert guard < source.index("\nimport numpy as np") and guard < source.index("\nimport os")

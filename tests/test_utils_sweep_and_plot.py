@@ -338,7 +338,6 @@ def write_script_run(log_dir, env_id, seed, returns, last_step, total, wall_star
     return run_name
 
 
-
 def test_plot_takes_one_runs_own_folder_as_that_run(tmp_path):
     """Trial 10, D2: --log-dir pointing at one run's folder said that no run there logged episodes."""
     log_dir = tmp_path / "runs"
@@ -353,6 +352,7 @@ def test_plot_takes_one_runs_own_folder_as_that_run(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "| ppo_atari_envpool | Pong-v5 | 1 | 50,000 |" in (out_dir / "summary.md").read_text()  # one seed: that run
+
 
 def test_plot_counts_seeds_not_folders_and_leaves_out_unfinished_runs(tmp_path, capsys):
     log_dir = tmp_path / "runs"
