@@ -84,8 +84,6 @@ class VideoJobs:
             if not final:
                 print(f"evaluation video of iteration {iteration} skipped: the previous one is still being filmed", flush=True)
                 return
-            # said, so the wait is not a silent hang after a Ctrl-C (whose checkpoint is written by now)
-            print(f"waiting for the evaluation video still being filmed in {self.running[1]} ...", flush=True)
             self._wait()
         video_dir = os.path.join(self.run_dir, "videos", f"iteration-{iteration}")
         os.makedirs(video_dir, exist_ok=True)
@@ -106,6 +104,8 @@ class VideoJobs:
 
     def _wait(self) -> None:
         process, video_dir, log = self.running
+        if process.poll() is None:  # said, so the wait is not a silent hang after a Ctrl-C (its checkpoint is written)
+            print(f"waiting for the evaluation video still being filmed in {video_dir} ...", flush=True)
         returncode = process.wait()
         log.close()
         status = "written" if returncode == 0 else f"FAILED (exit {returncode}, see {video_dir}/evaluate.log)"
@@ -116,6 +116,4 @@ class VideoJobs:
     def finish(self) -> None:
         """Wait for the evaluator still running, if any."""
         if self.running is not None:
-            if self.running[0].poll() is None:
-                print(f"waiting for the evaluation video still being filmed in {self.running[1]} ...", flush=True)
             self._wait()
