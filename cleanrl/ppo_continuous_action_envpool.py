@@ -10,6 +10,7 @@ if __name__ == "__main__":
 
 import os
 import random
+import sys
 from dataclasses import dataclass
 
 import envpool
@@ -110,6 +111,8 @@ class Args:
     """the target KL divergence threshold (early stop of the update epochs)"""
     max_episode_steps: int | None = None
     """time limit per episode in agent steps (default: the env's own, 1000 for the locomotion tasks); reaching it truncates"""
+    actor_logstd_init: float = 0.0
+    """the policy's initial log-std, one per action dimension (0: std 1, as CleanRL; Tianshou's MuJoCo PPO starts at -0.5, std 0.61)"""
     obs_clip: float = 10.0
     """normalised observations are clipped to [-obs_clip, obs_clip]"""
     reward_clip: float = 10.0
@@ -136,6 +139,8 @@ def validate_args(args: Args) -> None:
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
     check_positive(args, "max_episode_steps", "obs_clip", "reward_clip", "kl_adaptive_lr")
+    if not -10 <= args.actor_logstd_init <= 5:  # std from 4.5e-5 to 148; beyond, exp() leaves float32's useful range
+        sys.exit(f"error: --actor-logstd-init must be in [-10, 5], got {args.actor_logstd_init}")
     check_envpool_id(args.env_id, "envpool.mujoco.gym")
     spec = envpool.make_spec(args.env_id)
     row_bytes = 4 * (int(np.prod(spec.observation_space.shape)) + int(np.prod(spec.action_space.shape)))
@@ -220,11 +225,11 @@ class Agent(nn.Module):
     """Separate 64-64 tanh MLPs for the value and the Gaussian mean; state-independent log-std.
     Inputs are normalised observations; sampled actions are unbounded (clipped only in the env)."""
 
-    def __init__(self, obs_dim: int, action_dim: int):
+    def __init__(self, obs_dim: int, action_dim: int, logstd_init: float = 0.0):
         super().__init__()
         self.critic = mlp(obs_dim, 1, out_std=1.0)
         self.actor_mean = mlp(obs_dim, action_dim, out_std=0.01)
-        self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+        self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(logstd_init)))
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
@@ -373,7 +378,7 @@ if __name__ == "__main__":
     obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
     action_low, action_high = envs.single_action_space.low.astype(np.float32), envs.single_action_space.high.astype(np.float32)
 
-    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape))).to(device)
+    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape)), logstd_init=args.actor_logstd_init).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # Normalisation, update-then-normalise: every observation EnvPool returns (reset, regular, an episode's last one,

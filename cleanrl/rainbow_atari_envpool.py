@@ -536,7 +536,10 @@ if __name__ == "__main__":
     validate_args(args, checkpoint)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     # prints them; args keep the resolved values. bf16 does not pay for batch-32 updates on a GPU: fp32 there
-    threads = choose_speed_levers(args, this_machine(device), checkpoint, bf16_pays_on_cuda=False)
+    # channels-last slowed Rainbow's fp32 CPU step (0.96x, benchmark/lever_ab.py): auto keeps the default layout there
+    threads = choose_speed_levers(
+        args, this_machine(device), checkpoint, bf16_pays_on_cuda=False, channels_last_pays_on_cpu=False
+    )
     args.num_iterations = args.total_timesteps // args.num_envs  # one iteration = one vector env step
     say_steps_run(args.total_timesteps, args.num_envs, "one step of each of --num-envs envs")
     run_name, run_dir = run_folder(args, args.resume)  # a resumed run continues in its checkpoint's folder

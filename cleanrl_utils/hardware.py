@@ -145,12 +145,17 @@ def resolve_precision(
     return Choice("bf16" if has else "fp32", f"auto: {why}")
 
 
-def resolve_channels_last(requested: str, precision: str, machine: Machine, kept_from_checkpoint: bool = False) -> Choice:
+def resolve_channels_last(
+    requested: str, precision: str, machine: Machine, kept_from_checkpoint: bool = False, pays_on_cpu: bool = True
+) -> Choice:
     """`--channels-last auto|on|off` for the convolutions. auto: on in fp32 and on CUDA, off for bf16
     on CPU. Measured on a 2-core EPYC Zen 4 (one PPO update of the Nature CNN, minibatch 256):
     fp32 runs 1.2-1.6x faster channels-last, with or without ONEDNN_MAX_CPU_ISA=AVX2; bf16 runs
     faster in the default layout (the whole Pong run 538-573 against 480-548 SPS). `kept_from_checkpoint`: the
-    value is a resumed run's saved one, and the reason says so (not a --channels-last the command never passed)."""
+    value is a resumed run's saved one, and the reason says so (not a --channels-last the command never passed).
+    `pays_on_cpu=False`: a script whose whole fp32 step measured slower channels-last on CPU (Rainbow: 52.0 against
+    54.3 SPS, three interleaved runs each under ONEDNN_MAX_CPU_ISA=AVX2, benchmark/lever_ab.py) stays in the default
+    layout there: its convolutions are a smaller share of a step than the layout conversions around them."""
     if requested in ("on", "off"):
         if kept_from_checkpoint:
             return Choice(requested, "kept from the checkpoint; --channels-last auto re-chooses")
@@ -159,6 +164,8 @@ def resolve_channels_last(requested: str, precision: str, machine: Machine, kept
         raise ValueError(f"--channels-last must be auto, on or off, got {requested!r}")
     if machine.device_type == "cuda":
         return Choice("on", "auto: cuDNN's NHWC convolutions")
+    if precision == "fp32" and not pays_on_cpu:
+        return Choice("off", "auto: this script's fp32 step measured slower channels-last on CPU")
     if precision == "fp32":
         return Choice("on", "auto: fp32 convolutions run faster channels-last on CPU")
     return Choice("off", "auto: bf16 convolutions run faster in the default layout on CPU")
@@ -273,14 +280,20 @@ class TorchThreads:
 
 
 def choose_speed_levers(
-    args, machine: Machine, checkpoint: dict | None = None, backend: str = "torch", bf16_pays_on_cuda: bool = True
+    args,
+    machine: Machine,
+    checkpoint: dict | None = None,
+    backend: str = "torch",
+    bf16_pays_on_cuda: bool = True,
+    channels_last_pays_on_cpu: bool = True,
 ) -> TorchThreads | None:
     """Resolves the script's speed flags for `machine` and prints one line each, `name: value (reason)`:
     `args.precision` and `args.channels_last` (where the script has them) are replaced in place by
     their resolved values, so the run's saved arguments and hyperparameters hold what ran and another
     machine can repeat it; a resumed run keeps its checkpoint's values unless the command passes
     others. Sets torch's threads (returns them, for `update()` once per iteration; None with
-    `backend="xla"`) and TF32 matmuls on CUDA >= 8.0. `bf16_pays_on_cuda=False`: see `resolve_precision`.
+    `backend="xla"`) and TF32 matmuls on CUDA >= 8.0. `bf16_pays_on_cuda=False`: see `resolve_precision`;
+    `channels_last_pays_on_cpu=False`: see `resolve_channels_last`.
 
     A resume that run_folder would refuse (a folder it cannot write to, an older kept checkpoint of a run that went
     on) is refused here first, so a refused resume prints its error line only, not these lines before it."""
@@ -301,7 +314,8 @@ def choose_speed_levers(
         print(f"precision: {precision.value} ({precision.reason})", flush=True)
     if hasattr(args, "channels_last"):
         kept = args.channels_last == saved.get("channels_last")
-        layout = resolve_channels_last(args.channels_last, precision.value if precision else "fp32", machine, kept)
+        precision_value = precision.value if precision else "fp32"
+        layout = resolve_channels_last(args.channels_last, precision_value, machine, kept, pays_on_cpu=channels_last_pays_on_cpu)
         args.channels_last = layout.value
         print(f"channels-last: {layout.value} ({layout.reason})", flush=True)
     if backend == "xla":

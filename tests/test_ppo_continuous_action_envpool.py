@@ -271,6 +271,22 @@ def two_short_runs(tmp_path_factory):
     return dirs
 
 
+@pytest.mark.parametrize("script", [SCRIPT, "rpo_continuous_action_envpool"])
+def test_actor_logstd_init_is_the_policys_starting_log_std(script, tmp_path):
+    """--actor-logstd-init reaches the trained agent: one rollout at a learning rate of 1e-9 (Adam moves each weight by
+    about the rate per step, 4 steps here) saves the log-std it started from, -0.5 in every action dimension, not
+    the default 0."""
+    flags = ["--total-timesteps", "1024", "--num-envs", "8", "--num-steps", "128", "--update-epochs", "1"]
+    flags += ["--learning-rate", "1e-9", "--actor-logstd-init", "-0.5", "--log-dir", str(tmp_path), "--save-model"]
+    result = run_script(script, *flags)
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = torch.load(os.path.join(only_run_dir(tmp_path), f"{script}.cleanrl_model"), weights_only=True)
+    logstd = saved["model_state_dict"]["actor_logstd"].numpy()
+    assert logstd.shape == (1, 6)  # HalfCheetah's 6 actions
+    np.testing.assert_allclose(logstd, -0.5, rtol=0, atol=1e-6)
+    assert saved["args"]["actor_logstd_init"] == -0.5
+
+
 def test_short_run_writes_every_tag(two_short_runs):
     scalars = read_scalars(two_short_runs[0])
     missing = TAGS - set(scalars)
@@ -380,6 +396,8 @@ BAD_INPUT = [
         ({"seed": -1}, ["--seed", "-1"]),
         ({"seed": 2**32}, ["--seed", "4294967296"]),
         ({"obs_clip": 0.0}, ["--obs-clip", "0"]),
+        ({"actor_logstd_init": 6.0}, ["--actor-logstd-init must be in [-10, 5]", "got 6.0"]),
+        ({"actor_logstd_init": -11.0}, ["--actor-logstd-init must be in [-10, 5]", "got -11.0"]),
         ({"num_steps": 10**9, "total_timesteps": 10**12}, ["rollout storage", "GiB", "--num-envs or --num-steps"]),
     ],
 )

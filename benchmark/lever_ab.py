@@ -1,0 +1,58 @@
+"""One speed lever of one script, A against B, interleaved (A B A B ...) in one invocation: SPS of each run and the
+ratio of the means, with the machine named. For a lever whose gain is near the run-to-run spread, where one pair of
+runs cannot decide a default.
+
+    ONEDNN_MAX_CPU_ISA=AVX2 python benchmark/lever_ab.py --script c51_atari_envpool --flag channels-last --values on off
+
+Run on a quiet machine (pause background runs): the runs are sequential, each on every core."""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from speed_by_machine import DQN_ATARI, cpu_model_and_isa, learning_sps, run_together  # noqa: E402
+
+# the replay scripts measured as speed_by_machine's rows measure them: Pong, learning from step 1,000
+SETTINGS = {name: DQN_ATARI for name in ("dqn_atari_envpool", "c51_atari_envpool", "rainbow_atari_envpool", "sac_atari_envpool")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--script", required=True, help=f"one of {', '.join(SETTINGS)}")
+    parser.add_argument("--flag", required=True, help="the lever's flag without its dashes, e.g. channels-last")
+    parser.add_argument("--values", nargs=2, required=True, metavar=("A", "B"), help="the two values compared")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each value (default: 3)")
+    parser.add_argument("--steps", type=int, default=4000, help="steps per run (default: 4000)")
+    parser.add_argument("--from-step", type=int, default=2000, help="SPS from this step on (default: 2000)")
+    args = parser.parse_args()
+    if args.script not in SETTINGS:
+        sys.exit(f"error: --script {args.script!r} is not one of {', '.join(SETTINGS)}")
+    if args.repeats < 1 or args.steps <= args.from_step + 1000:
+        sys.exit("error: --repeats must be >= 1 and --steps more than --from-step + 1000")
+    model, isa = cpu_model_and_isa()
+    print(f"machine: {model}, {len(os.sched_getaffinity(0))} cores, ISA {isa}", flush=True)
+    sps = {value: [] for value in args.values}
+    with tempfile.TemporaryDirectory() as log_dir:
+        for repeat in range(args.repeats):
+            for value in args.values:
+                command = [f"cleanrl/{args.script}.py", *SETTINGS[args.script], f"--{args.flag}", value]
+                out = os.path.join(log_dir, f"{value}-{repeat}")
+                os.makedirs(out)
+                run_together([[*command, "--total-timesteps", str(args.steps)]], out)
+                sps[value].append(learning_sps(os.path.join(out, "0"), args.from_step))
+                print(f"  --{args.flag} {value} run {repeat + 1}: SPS {sps[value][-1]:.1f}", flush=True)
+    (a, a_sps), (b, b_sps) = sps.items()
+    spread = lambda values: statistics.stdev(values) if len(values) > 1 else 0.0  # noqa: E731
+    print(
+        f"{args.script} --{args.flag}: {a} {statistics.mean(a_sps):.1f} ± {spread(a_sps):.1f} SPS, "
+        f"{b} {statistics.mean(b_sps):.1f} ± {spread(b_sps):.1f} SPS over {args.repeats} runs each; "
+        f"{a} / {b} = {statistics.mean(a_sps) / statistics.mean(b_sps):.2f}x ({model}, {isa})",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
