@@ -64,8 +64,9 @@ LOCOMOTION = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")
 PPO = "ppo_continuous_action_envpool"
 PPO_1M = ("--update-epochs", "10", "--num-minibatches", "8", "--kl-adaptive-lr", "0.008")  # docs/ppo.md, at 1M steps
 # Tianshou's own PPO benchmark settings where this script has the flag (its examples/mujoco: lr 3e-4, 64 envs and
-# 2,048 steps per collect, 10 epochs of minibatch 64, vf 0.25, grad norm 0.5); not its log-std init of -0.5, its
-# per-epoch advantage recomputation or its lr decayed over 3M steps (this one anneals to 0 at 1M)
+# 2,048 steps per collect, 10 epochs of minibatch 64, vf 0.25, grad norm 0.5); not its per-epoch advantage
+# recomputation or its lr decayed over 3M steps (this one anneals to 0 at 1M). Its log-std init of -0.5 is the
+# second cell's one difference from the first
 PPO_TIANSHOU = ("--learning-rate", "3e-4", "--num-envs", "64", "--num-steps", "32", "--num-minibatches", "32")
 PPO_TIANSHOU += ("--update-epochs", "10", "--vf-coef", "0.25", "--max-grad-norm", "0.5")
 SLICES = {
@@ -79,7 +80,17 @@ SLICES = {
         ]
     ),
     # the PPO shortfall (docs/ppo.md): the cells below Tianshou's figure rerun at Tianshou's own PPO settings
-    "ppo-tianshou-settings": [Cell(PPO, f"{PPO}_tianshou", ("HalfCheetah-v4", "Ant-v4"), 1_000_000, 2048, PPO_TIANSHOU)],
+    "ppo-tianshou-settings": [
+        Cell(PPO, f"{PPO}_tianshou", ("HalfCheetah-v4", "Ant-v4"), 1_000_000, 2048, PPO_TIANSHOU),
+        Cell(
+            PPO,
+            f"{PPO}_tianshou_logstd",
+            ("HalfCheetah-v4", "Ant-v4"),
+            1_000_000,
+            2048,
+            (*PPO_TIANSHOU, "--actor-logstd-init", "-0.5"),
+        ),
+    ],
     # tier 2: DQN on classic control at CleanRL's 500k (CleanRL reports training returns: no periodic test)
     "dqn-classic": [Cell("dqn", "dqn", ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"), 500_000, 1, test_episodes=0)],
     # the value-based scripts beside DQN (issue 28), CleanRL's 500k budget, 3 seeds; training returns, as CleanRL's
@@ -104,7 +115,14 @@ SLICES = {
         for name in ("sac", "td3", "ddpg")
     ],
 }
-SEEDS = {"on-policy-mujoco": 5, "ppo-tianshou-settings": 3, "dqn-classic": 5, "value-classic": 3, "rpo-mujoco": 3, "off-policy-mujoco": 3}
+SEEDS = {
+    "on-policy-mujoco": 5,
+    "ppo-tianshou-settings": 3,
+    "dqn-classic": 5,
+    "value-classic": 3,
+    "rpo-mujoco": 3,
+    "off-policy-mujoco": 3,
+}
 
 
 @dataclass

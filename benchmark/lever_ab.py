@@ -16,7 +16,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from speed_by_machine import DQN_ATARI, cpu_model_and_isa, learning_sps, run_together  # noqa: E402
 
 # the replay scripts measured as speed_by_machine's rows measure them: Pong, learning from step 1,000
-SETTINGS = {name: DQN_ATARI for name in ("dqn_atari_envpool", "c51_atari_envpool", "rainbow_atari_envpool", "sac_atari_envpool")}
+SETTINGS = {
+    name: DQN_ATARI for name in ("dqn_atari_envpool", "c51_atari_envpool", "rainbow_atari_envpool", "sac_atari_envpool")
+}
 
 
 def main() -> None:

@@ -315,7 +315,9 @@ def choose_speed_levers(
     if hasattr(args, "channels_last"):
         kept = args.channels_last == saved.get("channels_last")
         precision_value = precision.value if precision else "fp32"
-        layout = resolve_channels_last(args.channels_last, precision_value, machine, kept, pays_on_cpu=channels_last_pays_on_cpu)
+        layout = resolve_channels_last(
+            args.channels_last, precision_value, machine, kept, pays_on_cpu=channels_last_pays_on_cpu
+        )
         args.channels_last = layout.value
         print(f"channels-last: {layout.value} ({layout.reason})", flush=True)
     if backend == "xla":
