@@ -200,10 +200,9 @@ def play_round(envs, act, obs, playing: int, first_episode: int, whole_games: bo
             filming = np.flatnonzero(~finished)
             for i, frame in zip(filming, envs.render(env_ids=filming)):
                 writers[i].append(frame)
+            for i in np.flatnonzero(ended[:playing] & ~finished):
+                writers[i].close()  # whole: it takes its own name now, whatever happens to the rest of the round
         finished |= ended[:playing]
-    if writers is not None:
-        for writer in writers:
-            writer.close()
     return returns.tolist()
 
 
@@ -378,7 +377,10 @@ def main() -> None:
     if args.capture_video:
         video_dir = args.video_dir or os.path.join(os.path.dirname(os.path.abspath(args.model_path)), "videos")
         check_writable_dir(video_dir, "--video-dir", keep=False)  # made by evaluate(), after its own checks
-        LEFT_BEHIND.append(f"the videos in {video_dir} are those filmed so far, the last one possibly cut short")
+        LEFT_BEHIND.append(
+            f"the videos in {video_dir}: each eval-episode-<n>.mp4 a whole episode, and the episodes the stop cut "
+            "short as eval-episode-<n>.partial.mp4"
+        )
     returns = evaluate(
         args.model_path, args.episodes, args.seed, args.greedy, args.cuda, video_dir, epsilon=args.epsilon, script=args.script
     )

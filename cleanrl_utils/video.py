@@ -10,16 +10,22 @@ import numpy as np
 
 
 class VideoWriter:
-    """One episode, one file. Frames are (H, W, 3) uint8 with even H and W (yuv420p needs them)."""
+    """One episode, one file. Frames are (H, W, 3) uint8 with even H and W (yuv420p needs them). The file is written
+    as `<name>.partial.mp4` and takes its own name only when closed: a video under its own name is a whole episode,
+    and an episode cut short by a stop (Ctrl-C, SIGTERM, kill) is left as `.partial.mp4` and says so."""
 
     def __init__(self, path: str, fps: int):
         import imageio.v2 as imageio
 
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.path = path
+        self.partial_path = f"{path.removesuffix('.mp4')}.partial.mp4"
         self.frames = 0
+        # ffmpeg's "fatal" level: a stop can cut a frame in two in ffmpeg's pipe, and at "error" ffmpeg then prints
+        # "Invalid buffer size, packet size ... < expected frame_size" under the stop's one line; the cut file is
+        # named .partial already. A failed encode still raises in imageio (broken pipe, exit code).
         self._writer = imageio.get_writer(
-            path, fps=fps, codec="libx264", quality=7, macro_block_size=2, ffmpeg_log_level="error"
+            self.partial_path, fps=fps, codec="libx264", quality=7, macro_block_size=2, ffmpeg_log_level="fatal"
         )
 
     def append(self, frame: np.ndarray) -> None:
@@ -28,6 +34,7 @@ class VideoWriter:
 
     def close(self) -> None:
         self._writer.close()
+        os.replace(self.partial_path, self.path)
 
 
 def record_gymnasium_episodes(

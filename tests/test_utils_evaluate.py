@@ -302,6 +302,44 @@ def test_ctrl_c_while_filming_stops_in_one_line_that_names_the_videos(tmp_path):
     assert process.returncode == 130
     lines = [line for line in stderr.splitlines() if line.strip() and "warn" not in line.lower()]
     assert lines == [
-        f"Ctrl-C: cleanrl_utils.evaluate stopped; the videos in {video_dir} are those filmed so far, the last one "
-        "possibly cut short"
+        f"Ctrl-C: cleanrl_utils.evaluate stopped; the videos in {video_dir}: each eval-episode-<n>.mp4 a whole episode, "
+        "and the episodes the stop cut short as eval-episode-<n>.partial.mp4"
     ], stderr
+
+
+class EnvsStoppedAtStep:
+    """Three envs whose episodes end at steps 2 and 5 and never; a Ctrl-C (KeyboardInterrupt) arrives at step 8.
+    Each env renders frames of its own constant shade, brighter each step, so a video's frames count the steps."""
+
+    def __init__(self, ends=(2, 5, None), stop_at=8):
+        self.ends, self.stop_at, self.t = ends, stop_at, 0
+
+    def render(self, env_ids):
+        import numpy as np
+
+        return [np.full((16, 16, 3), 10 * self.t + 60 * int(i), dtype=np.uint8) for i in env_ids]
+
+    def step(self, actions):
+        import numpy as np
+
+        self.t += 1
+        if self.t == self.stop_at:
+            raise KeyboardInterrupt
+        ended = np.array([end == self.t for end in self.ends])
+        return np.zeros(3), np.ones(3), ended, np.zeros(3, dtype=bool), {}
+
+
+def test_a_stop_leaves_whole_episodes_under_their_names_and_cut_ones_marked_partial(tmp_path):
+    """Trial 11: evaluate films a round of episodes at once, and a Ctrl-C left every video of the round under its
+    final name, cut short, while the stop's line said only the last one might be. Now each episode's video takes
+    its own name when the episode ends, and one cut short stays `.partial.mp4`."""
+    import imageio.v3 as iio
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_module.play_round(
+            EnvsStoppedAtStep(), lambda obs: obs, obs=[0, 0, 0], playing=3, first_episode=0, whole_games=False,
+            video_dir=str(tmp_path),
+        )  # fmt: skip
+    assert sorted(os.listdir(tmp_path)) == ["eval-episode-0.mp4", "eval-episode-1.mp4", "eval-episode-2.partial.mp4"]
+    # the reset frame and one per step to the end: 3 and 6 frames
+    assert [len(iio.imread(tmp_path / f"eval-episode-{i}.mp4")) for i in (0, 1)] == [3, 6]
