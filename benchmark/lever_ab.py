@@ -9,16 +9,42 @@ Run on a quiet machine (pause background runs): the runs are sequential, each on
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from speed_by_machine import DQN_ATARI, cpu_model_and_isa, learning_sps, run_together  # noqa: E402
+from speed_by_machine import DQN_ATARI, REPO, cpu_model_and_isa, learning_sps  # noqa: E402
 
 # the replay scripts measured as speed_by_machine's rows measure them: Pong, learning from step 1,000
 SETTINGS = {
     name: DQN_ATARI for name in ("dqn_atari_envpool", "c51_atari_envpool", "rainbow_atari_envpool", "sac_atari_envpool")
 }
+
+
+def what_it_said(stderr: str) -> str:
+    """A script's refusal in one line: its `error: ...` line, or the text of tyro's box (unknown flag, bad choice)."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    said = next((line for line in reversed(lines) if line.startswith("error:")), None)
+    if said:
+        return said.removeprefix("error: ")
+    inner = [line.strip("│╭╮╰╯─ ") for line in lines]
+    return " ".join(line for line in inner if line and not line.startswith("For full helptext"))
+
+
+def check_parses(script: str, flags: list[str]) -> None:
+    """The script's own argument parser on `flags`, before any run: a bad --flag or value costs no training run."""
+    parse = f"import sys, tyro; sys.path.insert(0, 'cleanrl'); import {script} as s; tyro.cli(s.Args, args=sys.argv[1:])"
+    result = subprocess.run([sys.executable, "-c", parse, *flags], capture_output=True, text=True, cwd=REPO)
+    if result.returncode != 0:
+        sys.exit(f"error: {script} refuses {' '.join(flags[-2:])}: {what_it_said(result.stderr)}")
+
+
+def run(command: list[str], log_dir: str) -> None:
+    """One run of the script under `log_dir`; a refusal or a crash ends this tool with the script's own error line."""
+    result = subprocess.run([sys.executable, *command, "--log-dir", log_dir], capture_output=True, text=True, cwd=REPO)
+    if result.returncode != 0:
+        sys.exit(f"error: {' '.join(command)} exited {result.returncode}: {what_it_said(result.stderr)}")
 
 
 def main() -> None:
@@ -32,8 +58,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.script not in SETTINGS:
         sys.exit(f"error: --script {args.script!r} is not one of {', '.join(SETTINGS)}")
-    if args.repeats < 1 or args.steps <= args.from_step + 1000:
-        sys.exit("error: --repeats must be >= 1 and --steps more than --from-step + 1000")
+    if args.values[0] == args.values[1]:
+        sys.exit(f"error: --values {args.values[0]} {args.values[1]} are the same value: give the two compared")
+    if args.repeats < 1:
+        sys.exit(f"error: --repeats must be >= 1, got {args.repeats}")
+    if args.from_step < 0 or args.steps <= args.from_step + 1000:
+        sys.exit(
+            f"error: --steps {args.steps} must be more than --from-step {args.from_step} + 1000 (the SPS window), "
+            "and --from-step >= 0"
+        )
+    for value in args.values:
+        check_parses(args.script, [*SETTINGS[args.script], f"--{args.flag}", value])
     model, isa = cpu_model_and_isa()
     print(f"machine: {model}, {len(os.sched_getaffinity(0))} cores, ISA {isa}", flush=True)
     sps = {value: [] for value in args.values}
@@ -43,8 +78,8 @@ def main() -> None:
                 command = [f"cleanrl/{args.script}.py", *SETTINGS[args.script], f"--{args.flag}", value]
                 out = os.path.join(log_dir, f"{value}-{repeat}")
                 os.makedirs(out)
-                run_together([[*command, "--total-timesteps", str(args.steps)]], out)
-                sps[value].append(learning_sps(os.path.join(out, "0"), args.from_step))
+                run([*command, "--total-timesteps", str(args.steps)], out)
+                sps[value].append(learning_sps(out, args.from_step))
                 print(f"  --{args.flag} {value} run {repeat + 1}: SPS {sps[value][-1]:.1f}", flush=True)
     (a, a_sps), (b, b_sps) = sps.items()
     spread = lambda values: statistics.stdev(values) if len(values) > 1 else 0.0  # noqa: E731

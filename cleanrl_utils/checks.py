@@ -57,8 +57,18 @@ def check_run_args(args) -> None:
         sys.exit(f"error: --gae-lambda must be in [0, 1], got {args.gae_lambda}")
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
-    if getattr(args, "torch_threads", 0) < 0:
-        sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
+    check_torch_threads(getattr(args, "torch_threads", 0))
+
+
+def check_torch_threads(value: int) -> None:
+    """0 (auto) up to 4 threads per core this process may use. Far past that, OpenMP fails to start its threads:
+    `--torch-threads 100000` ended in a segmentation fault with no line, or in a traceback from EnvPool."""
+    cores = len(os.sched_getaffinity(0))
+    if not 0 <= value <= 4 * cores:
+        sys.exit(
+            f"error: --torch-threads must be in 0..{4 * cores} (0 = auto; at most 4 per core, and this machine gives "
+            f"{cores}: past the cores, threads only wait for one another), got {value}"
+        )
 
 
 def check_rollout_shape(

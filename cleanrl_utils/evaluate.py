@@ -32,7 +32,7 @@ import numpy as np
 import tyro
 
 from cleanrl_utils.checkpoint import kept_checkpoint_step, upgrade_saved_args
-from cleanrl_utils.checks import MAX_SEED, hide_box_precision_warnings
+from cleanrl_utils.checks import MAX_SEED, check_torch_threads, hide_box_precision_warnings
 from cleanrl_utils.hardware import native_bf16, this_machine
 from cleanrl_utils.run import check_writable_dir, torch_threads
 from cleanrl_utils.video import record_gymnasium_episodes
@@ -359,8 +359,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
     # The v4 MuJoCo ids are the ones trained (EnvPool's): Gymnasium's advice to move to v5 is noise here.
     warnings.filterwarnings("ignore", message=".*is out of date")
-    if args.torch_threads < 0:
-        sys.exit(f"error: --torch-threads must be >= 0 (0 = auto), got {args.torch_threads}")
+    check_torch_threads(args.torch_threads)
     if args.greedy and args.epsilon is not None:
         sys.exit(f"error: --greedy plays with epsilon 0, --epsilon {args.epsilon} asks for another: give one of the two")
     if args.video_dir is not None and not args.capture_video:

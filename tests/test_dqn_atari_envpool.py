@@ -347,6 +347,7 @@ BAD_INPUT = [
     (["--buffer-size", "16", "--batch-size", "32"], ["--buffer-size 16", "--batch-size 32"]),
     (["--learning-starts", "20000", "--total-timesteps", "10000"], ["--learning-starts 20000", "10000"]),
     (["--end-e", "1.5"], ["--end-e", "[0, 1]", "1.5"]),
+    (["--torch-threads", "100000"], ["--torch-threads must be in 0..", "got 100000"]),  # trial 11 N4: a segfault
     (["--exploration-fraction", "0"], ["--exploration-fraction", "(0, 1]"]),
     (["--train-frequency", "0"], ["--train-frequency", "positive"]),
     (["--buffer-size", "100", "--num-envs", "8", "--batch-size", "8"], ["--buffer-size 100", "--num-envs 8"]),

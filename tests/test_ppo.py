@@ -355,6 +355,7 @@ def test_same_seed_gives_identical_losses_and_async_matches_sync(tmp_path):
 BAD_INPUT = [
     (["--env-id", "Pong-v5"], ["'Pong-v5' is an EnvPool Atari id", "_envpool"]),  # was: "did you mean Ant-v5?"
     (["--env-id", "CartPol-v1"], ["'CartPol-v1'", "CartPole-v1"]),
+    (["--torch-threads", "100000"], ["--torch-threads must be in 0..", "got 100000"]),  # trial 11 N4: a segfault
     (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3", "512"]),
     (["--num-envs", "0"], ["--num-envs", "0"]),

@@ -1,5 +1,6 @@
 """cleanrl_utils.checks: every check's one line, `error: ...`, naming the bad value and what is allowed."""
 
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +24,12 @@ from cleanrl_utils.checks import (
     check_rollout_shape,
     check_run_args,
     flag,
+)
+
+CORES = len(os.sched_getaffinity(0))
+THREADS_ERROR = (
+    f"error: --torch-threads must be in 0..{4 * CORES} (0 = auto; at most 4 per core, and this machine gives {CORES}: "
+    "past the cores, threads only wait for one another), got {}"
 )
 
 
@@ -81,7 +88,8 @@ def test_seed_bounds(seed):
             {"checkpoint_every": -1},
             "error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got -1",
         ),
-        ({"torch_threads": -2}, "error: --torch-threads must be >= 0 (0 = auto), got -2"),
+        ({"torch_threads": -2}, THREADS_ERROR.format(-2)),
+        ({"torch_threads": 100_000}, THREADS_ERROR.format(100_000)),  # trial 11 N4: was a segmentation fault, no line
     ],
 )
 def test_run_arg_errors(overrides, expected):

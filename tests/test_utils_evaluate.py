@@ -110,7 +110,7 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     one_line_exit(lambda: evaluate(str(tmp_path / "no_args.cleanrl_model")), "(no training args)")
     one_line_exit(lambda: evaluate(str(tmp_path / "other.cleanrl_model"), episodes=0), "--episodes must be a positive")
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--torch-threads", "-1"])
-    one_line_exit(evaluate_module.main, "--torch-threads must be >= 0 (0 = auto), got -1")
+    one_line_exit(evaluate_module.main, "--torch-threads must be in 0..", "got -1")
     # was: --epsilon dropped in silence, the greedy result reported
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--greedy", "--epsilon", "1.0"])
     one_line_exit(evaluate_module.main, "--greedy plays with epsilon 0, --epsilon 1.0 asks for another")
@@ -128,7 +128,9 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
         one_line_exit(evaluate_module.main, fragment)
         assert not (tmp_path / "vnest").exists()
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--torch-threads", "-1"])
-    one_line_exit(evaluate_module.main, "--torch-threads must be >= 0 (0 = auto), got -1")
+    one_line_exit(evaluate_module.main, "--torch-threads must be in 0..", "got -1")
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--torch-threads", "100000"])
+    one_line_exit(evaluate_module.main, "--torch-threads must be in 0..", "got 100000")  # trial 11 N4: a segfault
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "checkpoint.pt").write_bytes(b"")  # the last checkpoint only: nothing was kept
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", str(tmp_path / "run")])

@@ -1,0 +1,30 @@
+"""benchmark/lever_ab.py refuses bad input in one line before it spends a training run (trial 11, N2: equal --values
+crashed with a FileExistsError traceback after a full run)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO
+
+
+@pytest.mark.parametrize(
+    "flags, fragments",
+    [
+        (["--flag", "channels-last", "--values", "on", "on"], ["--values on on are the same value"]),
+        (["--flag", "channels-last", "--values", "on", "maybe"], ["refuses --channels-last maybe", "'maybe'"]),
+        (["--flag", "channel-last", "--values", "on", "off"], ["refuses --channel-last on", "--channels-last"]),
+        (["--flag", "channels-last", "--values", "on", "off", "--steps", "100"], ["--steps 100 must be more than"]),
+        (["--flag", "channels-last", "--values", "on", "off", "--repeats", "0"], ["--repeats must be >= 1, got 0"]),
+    ],
+)
+def test_bad_input_is_one_line_before_any_run(flags, fragments, tmp_path):
+    command = [sys.executable, os.path.join(REPO, "benchmark", "lever_ab.py"), "--script", "c51_atari_envpool", *flags]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert "SPS" not in result.stdout  # no run was made
