@@ -26,7 +26,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Annotated, Callable
 
 import numpy as np
 import tyro
@@ -54,15 +54,15 @@ class EvalArgs:
     capture_video: bool = False
     """write one MP4 per episode (Atari: the EnvPool games themselves; other envs: extra episodes played
     in the same Gymnasium env id, MuJoCo rendered headless through EGL)"""
-    video_dir: str | None = None
-    """where the videos go (default: `videos/` beside the model file)"""
+    video_dir: Annotated[str | None, tyro.conf.arg(help_behavior_hint="(default: videos/ beside the model file)")] = None
+    """where the videos go"""
     torch_threads: int = 0
     """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
-    epsilon: float | None = None
-    """DQN models: the probability of a random action (default 0.05, as CleanRL evaluates DQN; --greedy plays with 0
-    and cannot be combined with it); the policy scripts sample from their policy and ignore it"""
-    script: str | None = None
-    """the script whose `evaluation_player` plays the model (default: the one the file records)"""
+    epsilon: Annotated[float | None, tyro.conf.arg(help_behavior_hint="(default: 0.05, as CleanRL evaluates DQN)")] = None
+    """DQN models: the probability of a random action (--greedy plays with 0 and cannot be combined with it); the
+    policy scripts sample from their policy and ignore it"""
+    script: Annotated[str | None, tyro.conf.arg(help_behavior_hint="(default: the one the file records)")] = None
+    """the script whose `evaluation_player` plays the model"""
 
 
 def load_flax_checkpoint(model_path: str) -> dict | None:

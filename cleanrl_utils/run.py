@@ -53,7 +53,8 @@ def check_exp_name(exp_name: str) -> None:
     if not exp_name.strip():
         sys.exit(f"error: --exp-name {exp_name!r} is empty; give a name for the run folders, e.g. --exp-name baseline")
     if "/" in exp_name or "\0" in exp_name:
-        sys.exit(f"error: --exp-name {exp_name!r} holds a '/' or NUL; it names a folder, so it cannot")
+        suggestion = exp_name.replace("/", "-").replace("\0", "")
+        sys.exit(f"error: --exp-name {exp_name!r} holds a '/' or NUL, which a folder name cannot hold; e.g. {suggestion!r}")
     if len(exp_name.encode()) > MAX_EXP_NAME_BYTES:
         sys.exit(
             f"error: --exp-name is {len(exp_name.encode())} bytes long; a folder name allows at most {MAX_EXP_NAME_BYTES}"

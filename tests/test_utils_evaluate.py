@@ -345,3 +345,14 @@ def test_a_stop_leaves_whole_episodes_under_their_names_and_cut_ones_marked_part
     assert sorted(os.listdir(tmp_path)) == ["eval-episode-0.mp4", "eval-episode-1.mp4", "eval-episode-2.partial.mp4"]
     # the reset frame and one per step to the end: 3 and 6 frames
     assert [len(iio.imread(tmp_path / f"eval-episode-{i}.mp4")) for i in (0, 1)] == [3, 6]
+
+
+def test_help_gives_each_flag_one_default():
+    """Trial 10, C1: the flags whose default is worked out at run time showed it twice, the second time as None."""
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.evaluate", "--help"], capture_output=True, text=True, cwd=REPO
+    )
+    assert result.returncode == 0
+    assert "(default: None)" not in result.stdout
+    for hint in ("videos/ beside the model", "0.05, as CleanRL evaluates DQN", "the one the file records"):
+        assert hint in " ".join(result.stdout.replace("│", " ").split()), hint
