@@ -113,12 +113,30 @@ def run_record(run_dir: str, *, script: str, wall_seconds: float, cpu: str, test
     }
 
 
-def load_records(results_dir: str) -> list[dict]:
-    records = []
-    for path in sorted(glob.glob(os.path.join(results_dir, "records", "*", "*.json"))):
+# The keys the tables and figures read: a record without one is refused by name, not met as a KeyError mid-page.
+RECORD_KEYS = ("script", "exp_name", "env_id", "seed", "total_timesteps", "final_return", "best_test_return")
+RECORD_KEYS += ("wall_seconds", "cpu", "train_curve", "test_curve")
+TIME_TO_SCORE_KEYS = ("script", "env_id", "seed", "target", "window", "reached", "minutes_to_target", "steps_to_target")
+TIME_TO_SCORE_KEYS += ("best_window_mean", "minutes_run", "steps_run", "cap_minutes", "cpu", "command", "games")
+
+
+def read_record(path: str, keys: tuple[str, ...]) -> dict:
+    """One JSON record with every one of `keys`; anything else (cut short, not JSON, another file) ends the tool with
+    one line naming the file, before anything is written."""
+    try:
         with open(path) as file:
-            records.append(json.load(file))
-    return records
+            record = json.load(file)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        sys.exit(f"error: the record {path!r} does not read as JSON ({type(error).__name__}: {error}); restore it from git")
+    missing = [key for key in keys if key not in record] if isinstance(record, dict) else list(keys)
+    if missing:
+        sys.exit(f"error: the record {path!r} lacks {', '.join(missing)}; it is not a record this tool wrote (restore it)")
+    return record
+
+
+def load_records(results_dir: str) -> list[dict]:
+    paths = sorted(glob.glob(os.path.join(results_dir, "records", "*", "*.json")))
+    return [read_record(path, RECORD_KEYS) for path in paths]
 
 
 def write_summary_csv(results_dir: str) -> str:
@@ -354,11 +372,8 @@ def plot_performance_profile(groups: dict, exp_names: list[str], published: dict
 
 def load_time_to_score(results_dir: str) -> list[dict]:
     """The records of benchmark/time_to_score.py: one Atari run each, until a score or a wall-clock cap."""
-    records = []
-    for path in sorted(glob.glob(os.path.join(results_dir, "time_to_score", "*.json"))):
-        with open(path) as file:
-            records.append(json.load(file))
-    return records
+    paths = sorted(glob.glob(os.path.join(results_dir, "time_to_score", "*.json")))
+    return [read_record(path, TIME_TO_SCORE_KEYS) for path in paths]
 
 
 def machine_of(record: dict) -> str:

@@ -203,6 +203,41 @@ def test_a_bad_output_dir_or_docs_page_is_one_line_and_nothing_is_written(tmp_pa
         assert page.read_text() == original and a_file.read_text() == "a file\n"
 
 
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (lambda good: good[:100], "does not read as JSON (JSONDecodeError"),
+        (lambda good: '{"a": 1}', "lacks script, exp_name, env_id"),
+        (lambda good: "[1, 2]", "lacks script"),
+    ],
+)
+def test_a_damaged_record_is_one_line_naming_it_and_nothing_is_written(tmp_path, content, fragment):
+    """Trial 11, N5: a record cut short or replaced gave a 24-line traceback naming no file (JSONDecodeError,
+    KeyError), and left an empty --output-dir. Now one line names the record, and nothing is written."""
+    results = tmp_path / "results"
+    good = results / "records" / "a2c_continuous_action_envpool" / "Hopper-v4__1.json"
+    bad = results / "records" / "a2c_continuous_action_envpool" / "Hopper-v4__2.json"
+    good.parent.mkdir(parents=True)
+    for path, seed in ((good, 1), (bad, 2)):
+        record = fixture_record("a2c_continuous_action_envpool", "a2c_continuous_action_envpool", "Hopper-v4", seed, 1.0, 2.0)
+        path.write_text(json.dumps(record))
+    bad.write_text(content(bad.read_text()))
+    (results / "published.csv").write_text("algorithm,env_id,source,steps,value,metric\n")
+    command = [
+        sys.executable,
+        "-m",
+        "cleanrl_utils.results",
+        "--results-dir",
+        str(results),
+        "--output-dir",
+        str(tmp_path / "out"),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: the record {str(bad)!r}") and fragment in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists() and not (results / "summary.csv").exists()
+
+
 def test_pages_are_filled_only_for_docs_results_or_when_named_and_the_line_says_what_was_written(tmp_path):
     """R3, R6: in a site copy (README.md, docs/*.md), another --output-dir leaves the pages alone unless named with
     --docs, and says so; a named page without markers gets a warning; the last line counts the PNGs and the page
