@@ -6,7 +6,10 @@
   iteration: the script then writes its checkpoint and exits 0. SIGTERM is what schedulers send
   (SLURM, `docker stop`, Kubernetes, `timeout`), so it is treated as Ctrl-C is. A second signal
   aborts at once without saving; the last checkpoint stays valid (checkpoints are written whole,
-  then renamed), and a save it interrupts leaves no half-written file behind.
+  then renamed), and a save it interrupts leaves no half-written file behind. A signal within
+  SAME_STOP_SECONDS of the first is that same stop delivered twice, not a second one: a launcher
+  in the terminal's process group (`timeout --foreground`, torchrun, a shell script that traps
+  and forwards) passes on the Ctrl-C its child already got, and one Ctrl-C aborted the run.
 
 The handlers never raise. An exception raised from a signal handler lands in whatever Python code
 runs at that moment, and inside a garbage-collection callback (JAX registers one, and EnvPool imports
@@ -18,6 +21,7 @@ interrupted in the middle of another print() raises "reentrant call".
 import os
 import re
 import signal
+import time
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
@@ -27,6 +31,9 @@ SAVES_IN_PROGRESS: set[str] = set()
 # Every file cleanrl_utils.checkpoint.write_atomically completed, in order: a second signal that lands after the first
 # one's checkpoint was written (while the last evaluation video is filmed, say) says that checkpoint is whole.
 COMPLETED_SAVES: list[str] = []
+# A second signal this soon after the first is the first one forwarded by a launcher (trial 11, N6: `timeout
+# --foreground` forwards the terminal's Ctrl-C within milliseconds); a person's second Ctrl-C comes later.
+SAME_STOP_SECONDS = 1.0
 # What a command-line tool leaves behind if a signal stops it now, said in its one line (exit_tool_on_signals).
 LEFT_BEHIND: list[str] = []
 
@@ -88,11 +95,13 @@ class StopAfterIteration:
     signal is not announced (under torchrun every process gets the terminal's Ctrl-C; process 0 alone says it)."""
 
     def __init__(self, quiet: bool = False):
-        self.requested, self.quiet, self.saves_before = False, quiet, 0
+        self.requested, self.quiet, self.saves_before, self.first_at = False, quiet, 0, 0.0
         for signum in SIGNALS:
             signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame):
+        if self.requested and time.monotonic() - self.first_at < SAME_STOP_SECONDS:
+            return  # the first signal again, passed on by a launcher: the stop is under way
         if self.requested:
             removed = remove_saves_in_progress()
             saved = [  # checkpoint.pt, or checkpoint-{step}.pt with --keep-checkpoints (checkpoint.pt links to it)
@@ -111,7 +120,7 @@ class StopAfterIteration:
                 "stays valid)"
             )
             _exit_now(128 + signum)
-        self.requested, self.saves_before = True, len(COMPLETED_SAVES)
+        self.requested, self.saves_before, self.first_at = True, len(COMPLETED_SAVES), time.monotonic()
         if not self.quiet:
             _say(f"{SIGNAL_NAMES[signum]}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)")
 

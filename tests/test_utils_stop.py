@@ -7,11 +7,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from helpers import REPO
 
-from cleanrl_utils.stop import stopped_line
+from cleanrl_utils.stop import SAME_STOP_SECONDS, stopped_line
 
 
 def start(code: str) -> subprocess.Popen:
@@ -85,6 +86,20 @@ def test_the_first_signal_in_training_stops_after_the_iteration_with_exit_0(sign
     ]
 
 
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_forwarded_at_once_is_the_same_stop_not_a_second(second):
+    """Trial 11, N6: under `timeout --foreground` (or torchrun, or a script that traps and forwards), one Ctrl-C
+    reaches the run twice within milliseconds: the terminal's and the launcher's copy. The second copy aborted the
+    run without saving. Now it is the same stop: the run saves and exits 0, with one line."""
+    process = start(SLOW_ITERATION.replace("time.sleep(60)", "time.sleep(2)"))
+    wait_for(process, "ready")
+    process.send_signal(signal.SIGINT)
+    process.send_signal(second)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0 and "saved" in stdout, stderr
+    assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"]
+
+
 SLOW_ITERATION = """
     import time
     from cleanrl_utils.stop import StopAfterIteration
@@ -104,6 +119,7 @@ def test_a_second_signal_aborts_at_once_without_saving(first, second):
     wait_for(process, "ready")
     process.send_signal(first)
     wait_for(process, "flag set")
+    time.sleep(SAME_STOP_SECONDS + 0.2)  # sooner, it is the first signal forwarded (see below)
     process.send_signal(second)
     stdout, stderr = process.communicate(timeout=20)
     assert process.returncode == 128 + second
@@ -149,6 +165,7 @@ def test_a_second_signal_during_a_save_removes_its_half_written_file(tmp_path):
     process.send_signal(signal.SIGINT)
     wait_for(process, "writing")
     assert (tmp_path / "checkpoint.pt.tmp").stat().st_size == 1_000_000
+    time.sleep(SAME_STOP_SECONDS + 0.2)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=20)
     assert process.returncode == 130 and "saved" not in stdout and "Traceback" not in stderr
@@ -197,6 +214,7 @@ def test_a_second_ctrl_c_to_the_process_group_leaves_no_worker_traceback():
     wait_for(process, "ready")
     os.killpg(process.pid, signal.SIGINT)
     wait_for(process, "flag set")
+    time.sleep(SAME_STOP_SECONDS + 0.2)
     os.killpg(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=30)
     assert process.returncode == 130
@@ -317,6 +335,7 @@ def test_a_second_signal_after_the_stops_checkpoint_says_it_is_whole(tmp_path):
     wait_for(process, "ready")
     process.send_signal(signal.SIGINT)
     wait_for(process, "saved; filming")
+    time.sleep(SAME_STOP_SECONDS + 0.2)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=20)
     assert process.returncode == 130 and "Traceback" not in stderr
