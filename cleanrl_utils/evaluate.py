@@ -308,6 +308,12 @@ def evaluate(
         # an error once episodes play is not the file's, and is raised as is (play is outside this try).
         first_line = " ".join(str(error).split())[:300]
         env_id = saved["args"].get("env_id")
+        if machine_refused(error):  # not the file's fault: a campaign's test once blamed a good checkpoint for this
+            sys.exit(
+                f"error: the machine refused a resource while {name} built the player for {env_id!r} "
+                f"({type(error).__name__}: {first_line}): too many threads or processes, or too little memory, at "
+                "this moment; the model file was not read wrong: retry when the machine is less busy"
+            )
         sys.exit(
             f"error: --model-path {model_path!r} does not fit the network and env that {name} builds for "
             f"{env_id!r} ({type(error).__name__}: {first_line}); was it written by another script, or edited?"
@@ -318,6 +324,14 @@ def evaluate(
     if video_dir and player.film_env_id:
         record_gymnasium_episodes(player.film_env_id, player.act, video_dir, episodes, seed)
     return returns
+
+
+def machine_refused(error: Exception) -> bool:
+    """An error from the machine, not from the file: memory, or a thread or process the OS would not start (EnvPool's
+    and OpenMP's thread pools raise RuntimeError "Resource temporarily unavailable", EAGAIN, when the machine's
+    threads run out)."""
+    text = str(error).lower()
+    return isinstance(error, (MemoryError, OSError)) or "resource temporarily unavailable" in text or "out of memory" in text
 
 
 def kept_checkpoints(run_dir: str) -> list[tuple[int, str]]:

@@ -232,6 +232,28 @@ def test_a_model_that_does_not_fit_its_script_gives_one_line(tmp_path):
         )
 
 
+@pytest.mark.parametrize(
+    "error", [RuntimeError("Resource temporarily unavailable"), MemoryError(), OSError(11, "Resource temporarily unavailable")]
+)
+def test_a_machine_that_refuses_threads_or_memory_is_not_blamed_on_the_model_file(tmp_path, monkeypatch, error):
+    """A campaign's periodic test, run while another process had taken the machine's threads, said its good
+    checkpoint "does not fit the network and env ... was it written by another script, or edited?" for EnvPool's
+    RuntimeError: Resource temporarily unavailable. The line now names the machine, not the file."""
+    import cleanrl.ppo as ppo
+
+    model_path = str(tmp_path / "ppo.cleanrl_model")
+    args = {"env_id": "CartPole-v1", "max_episode_steps": 0}
+    torch.save({"script": "ppo", "args": args, "model_state_dict": ppo.Agent(4, 2).state_dict()}, model_path)
+
+    def refused(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(ppo, "evaluation_player", refused)
+    monkeypatch.setattr(evaluate_module, "import_script", lambda path: ppo)
+    line = one_line_exit(lambda: evaluate_module.evaluate(model_path, episodes=1, cuda=False), "the machine refused")
+    assert "does not fit" not in line and "'CartPole-v1'" in line and type(error).__name__ in line
+
+
 def test_jax_evaluation_draws_a_new_key_for_every_policy_call(jax_run):
     """The JAX players fold a call counter into the evaluation key, a stream without end (a pre-split array of 10^6
     keys ran out in a long evaluation: 32 Atari games of up to 27,000 steps each). The same observations played
