@@ -42,6 +42,7 @@ from cleanrl_utils.results import (  # noqa: E402
     run_record,
     write_summary_csv,
 )
+from cleanrl_utils.stop import end_quietly_when_the_reader_goes  # noqa: E402
 
 DEFAULT_RESULTS_DIR = os.path.join(REPO, "benchmark", "results")
 TIANSHOU_EPOCH = 30_000  # env steps between periodic tests in Tianshou's MuJoCo benchmark
@@ -226,6 +227,7 @@ def regenerate_pages() -> list[str]:
 
 
 def main() -> None:
+    end_quietly_when_the_reader_goes()  # `--dry-run | head`: no BrokenPipeError traceback
     args = tyro.cli(CampaignArgs)
     if args.slice not in SLICES:
         sys.exit(f"error: --slice {args.slice!r} is not a slice; the slices are {', '.join(SLICES)}")

@@ -75,10 +75,18 @@ def remove_saves_in_progress() -> str:
     return removed
 
 
+def end_quietly_when_the_reader_goes() -> None:
+    """A tool piped into `head` (or a pager that quits) ends as Unix tools do, silently, not with a BrokenPipeError
+    traceback: Python ignores SIGPIPE and raises instead. For tools only; a training run keeps Python's way."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
 def exit_tool_on_signals(tool: str) -> None:
     """A command-line tool (evaluate, plot, results): Ctrl-C or SIGTERM exits at once (exit code 128 + signal
     number) with one line that names the tool and what it leaves (`LEFT_BEHIND`), never a KeyboardInterrupt
     traceback. Installed before the tool's heavy imports, so it holds during start-up too."""
+
+    end_quietly_when_the_reader_goes()
 
     def exit_now(signum, frame):
         left = remove_saves_in_progress() + "; ".join(LEFT_BEHIND)

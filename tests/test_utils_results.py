@@ -404,3 +404,18 @@ def test_a_committing_campaign_regenerates_the_pages_and_leaves_an_edited_page_o
     assert copy.regenerate_pages() == ["docs/results"]  # regenerated, not committed: the edit is not swept in
     assert "someone's edit" in (repo / "README.md").read_text() and "old" not in (repo / "README.md").read_text()
     assert "a results page has uncommitted edits; regenerated, not committed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["benchmark/campaign.py", "--slice", "on-policy-mujoco", "--dry-run"], ["-m", "cleanrl_utils.evaluate", "--help"]],
+)
+def test_a_tool_whose_reader_has_gone_ends_without_a_traceback(command):
+    """`campaign.py --dry-run | head -3` printed a BrokenPipeError traceback once head had its lines. The reader here
+    is gone before the tool writes its first line, so the tool always writes into a closed pipe."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    result = subprocess.run([sys.executable, *command], stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    os.close(write_end)
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
+    assert result.returncode == -13  # SIGPIPE, as `yes | head` ends
