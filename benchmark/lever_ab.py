@@ -33,8 +33,12 @@ def what_it_said(stderr: str) -> str:
 
 
 def check_parses(script: str, flags: list[str]) -> None:
-    """The script's own argument parser on `flags`, before any run: a bad --flag or value costs no training run."""
-    parse = f"import sys, tyro; sys.path.insert(0, 'cleanrl'); import {script} as s; tyro.cli(s.Args, args=sys.argv[1:])"
+    """The script's own argument parser and checks on `flags`, before any run: a bad --flag or value costs no training
+    run (its validate_args holds the range checks, e.g. --torch-threads 0..4 per core)."""
+    parse = (
+        f"import sys, tyro; sys.path.insert(0, '.'); sys.path.insert(0, 'cleanrl'); import {script} as s; "
+        "s.validate_args(tyro.cli(s.Args, args=sys.argv[1:]))"
+    )
     result = subprocess.run([sys.executable, "-c", parse, *flags], capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
         sys.exit(f"error: {script} refuses {' '.join(flags[-2:])}: {what_it_said(result.stderr)}")

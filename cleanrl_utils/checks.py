@@ -69,6 +69,12 @@ def check_torch_threads(value: int) -> None:
             f"error: --torch-threads must be in 0..{4 * cores} (0 = auto; at most 4 per core, and this machine gives "
             f"{cores}: past the cores, threads only wait for one another), got {value}"
         )
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if value == 0 and omp.isdigit() and int(omp) > 4 * cores:  # auto takes OMP_NUM_THREADS as it is: the same bound
+        sys.exit(
+            f"error: OMP_NUM_THREADS={omp} (which --torch-threads 0, auto, follows) must be at most {4 * cores}, 4 per "
+            f"core of this machine's {cores}; lower or unset it, or pass --torch-threads"
+        )
 
 
 def check_rollout_shape(

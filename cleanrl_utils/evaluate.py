@@ -329,9 +329,10 @@ def evaluate(
 def machine_refused(error: Exception) -> bool:
     """An error from the machine, not from the file: memory, or a thread or process the OS would not start (EnvPool's
     and OpenMP's thread pools raise RuntimeError "Resource temporarily unavailable", EAGAIN, when the machine's
-    threads run out)."""
+    threads run out; a library loaded under a memory limit raises ImportError "failed to map segment")."""
     text = str(error).lower()
-    return isinstance(error, (MemoryError, OSError)) or "resource temporarily unavailable" in text or "out of memory" in text
+    signs = ("resource temporarily unavailable", "out of memory", "cannot allocate memory", "failed to map segment")
+    return isinstance(error, (MemoryError, OSError)) or any(sign in text for sign in signs)
 
 
 def kept_checkpoints(run_dir: str) -> list[tuple[int, str]]:

@@ -25,6 +25,7 @@ if __name__ == "__main__":
 import csv
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -131,7 +132,34 @@ def read_record(path: str, keys: tuple[str, ...]) -> dict:
     missing = [key for key in keys if key not in record] if isinstance(record, dict) else list(keys)
     if missing:
         sys.exit(f"error: the record {path!r} lacks {', '.join(missing)}; it is not a record this tool wrote (restore it)")
+    if problem := bad_values(record):
+        sys.exit(f"error: the record {path!r} has {problem}; it is not as this tool wrote it (restore it from git)")
     return record
+
+
+def bad_values(record: dict) -> str | None:
+    """What is wrong with a record's values, or None: returns must be finite numbers (a NaN would pass into the
+    aggregates as [nan, nan] and exit 0), and each curve a mapping of equal-length lists of finite numbers."""
+
+    def finite(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    for key in ("final_return", "wall_seconds", "total_timesteps", "target", "best_window_mean", "minutes_run"):
+        if key in record and not finite(record[key]) and not (key == "best_window_mean" and record[key] is None):
+            return f"{key} = {record[key]!r}, not a finite number"
+    if "best_test_return" in record and record["best_test_return"] is not None and not finite(record["best_test_return"]):
+        return f"best_test_return = {record['best_test_return']!r}, not a finite number or null"
+    for key in ("train_curve", "test_curve"):
+        if key not in record:
+            continue
+        curve = record[key]
+        if not isinstance(curve, dict) or not all(isinstance(v, list) for v in curve.values()):
+            return f"{key} = {curve!r:.60}, not a mapping of lists"
+        if len({len(v) for v in curve.values()}) > 1:
+            return f"{key} with lists of different lengths ({', '.join(f'{k}: {len(v)}' for k, v in curve.items())})"
+        if not all(finite(x) for v in curve.values() for x in v):
+            return f"{key} holding a value that is not a finite number"
+    return None
 
 
 def load_records(results_dir: str) -> list[dict]:

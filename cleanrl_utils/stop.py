@@ -52,8 +52,40 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+class OutputThatOutlivesItsReader:
+    """stdout for a training run: when its reader goes (`| head`, a pager quit), the run goes on and writes to
+    /dev/null from then on, instead of dying in a BrokenPipeError at its next progress line with nothing saved."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())  # the pending bytes flush into /dev/null
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def exit_at_once_on_signals() -> None:
-    """Start-up: Ctrl-C or SIGTERM exits at once (exit code 128 + signal number) with one line."""
+    """Start-up: Ctrl-C or SIGTERM exits at once (exit code 128 + signal number) with one line. Also keeps the run
+    alive when the reader of its stdout goes (trial 12, P5: `ppo.py | head -2` lost the run to a BrokenPipeError)."""
+    import sys
+
+    if not isinstance(sys.stdout, OutputThatOutlivesItsReader):
+        sys.stdout = OutputThatOutlivesItsReader(sys.stdout)
 
     def exit_now(signum, frame):
         _say(f"{SIGNAL_NAMES[signum]} during start-up: exiting before training began")

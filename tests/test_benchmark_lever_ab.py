@@ -16,6 +16,9 @@ from helpers import REPO
         (["--flag", "channels-last", "--values", "on", "maybe"], ["refuses --channels-last maybe", "'maybe'"]),
         (["--flag", "channel-last", "--values", "on", "off"], ["refuses --channel-last on", "--channels-last"]),
         (["--flag", "channels-last", "--values", "on", "off", "--steps", "100"], ["--steps 100 must be more than"]),
+        # trial 12, P1: a value the script's own checks refuse was found only after the other value's full run
+        (["--flag", "torch-threads", "--values", "0", "100000"], ["refuses --torch-threads 100000", "must be in 0.."]),
+        (["--flag", "torch-threads", "--values", "1", "-3"], ["refuses --torch-threads -3", "must be in 0.."]),
         (["--flag", "channels-last", "--values", "on", "off", "--repeats", "0"], ["--repeats must be >= 1, got 0"]),
     ],
 )

@@ -96,6 +96,19 @@ def test_run_arg_errors(overrides, expected):
     one_line_exit(lambda: check_run_args(run_args(**overrides)), expected)
 
 
+def test_omp_num_threads_that_auto_would_follow_is_bounded_as_the_flag_is(monkeypatch):
+    """Trial 12, P2: --torch-threads 100000 was refused, but OMP_NUM_THREADS=100000 with --torch-threads 0 (auto)
+    still reached torch: a segfault with no line, or an EnvPool traceback. An explicit flag overrides the variable."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "100000")
+    message = "error: OMP_NUM_THREADS=100000 (which --torch-threads 0, auto, follows) must be at most"
+    with pytest.raises(SystemExit) as exit_info:
+        check_run_args(run_args(torch_threads=0))
+    assert str(exit_info.value.code).startswith(message)
+    check_run_args(run_args(torch_threads=1))
+    monkeypatch.setenv("OMP_NUM_THREADS", str(4 * CORES))
+    check_run_args(run_args(torch_threads=0))
+
+
 def test_a_script_without_gae_lambda_is_not_told_about_it():
     """REINFORCE has --gamma and no --gae-lambda: its gamma error must not name a flag it does not have."""
     args = run_args(gamma=0.0)

@@ -233,7 +233,14 @@ def test_a_model_that_does_not_fit_its_script_gives_one_line(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "error", [RuntimeError("Resource temporarily unavailable"), MemoryError(), OSError(11, "Resource temporarily unavailable")]
+    "error",
+    [
+        RuntimeError("Resource temporarily unavailable"),
+        MemoryError(),
+        OSError(11, "Resource temporarily unavailable"),
+        RuntimeError("Cannot allocate memory"),  # trial 12, P3: OMP_NUM_THREADS=100000
+        ImportError("libx.so: failed to map segment from shared object"),  # trial 12, P3: under `ulimit -v`
+    ],
 )
 def test_a_machine_that_refuses_threads_or_memory_is_not_blamed_on_the_model_file(tmp_path, monkeypatch, error):
     """A campaign's periodic test, run while another process had taken the machine's threads, said its good

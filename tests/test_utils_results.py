@@ -203,12 +203,21 @@ def test_a_bad_output_dir_or_docs_page_is_one_line_and_nothing_is_written(tmp_pa
         assert page.read_text() == original and a_file.read_text() == "a file\n"
 
 
+def edited(text: str, **changes) -> str:
+    return json.dumps(json.loads(text) | changes)
+
+
 @pytest.mark.parametrize(
     "content, fragment",
     [
         (lambda good: good[:100], "does not read as JSON (JSONDecodeError"),
         (lambda good: '{"a": 1}', "lacks script, exp_name, env_id"),
         (lambda good: "[1, 2]", "lacks script"),
+        # trial 12, P4: every key there, a value wrong: tracebacks naming no file, or (NaN) exit 0 and [nan, nan] shown
+        (lambda good: edited(good, final_return="abc"), "final_return = 'abc', not a finite number"),
+        (lambda good: edited(good, final_return=float("nan")), "final_return = nan, not a finite number"),
+        (lambda good: edited(good, train_curve=None), "train_curve = None, not a mapping of lists"),
+        (lambda good: edited(good, test_curve={"step": [1, 2], "return": [1.0]}), "test_curve with lists of different"),
     ],
 )
 def test_a_damaged_record_is_one_line_naming_it_and_nothing_is_written(tmp_path, content, fragment):

@@ -377,3 +377,18 @@ def test_each_tool_takes_signals_before_its_libraries_load(tool):
         source = file.read()
     guard = source.index(f'    exit_tool_on_signals("cleanrl_utils.{tool}")')
     assert guard < source.index("\nimport numpy as np") and guard < source.index("\nimport os")
+
+
+def test_a_training_run_whose_stdout_reader_goes_trains_on_and_saves(tmp_path):
+    """Trial 12, P5: `python cleanrl/ppo.py | head -2` died in a BrokenPipeError at its next progress line, exit 1,
+    no checkpoint. The reader here is gone before the run writes its first line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    command = [sys.executable, "cleanrl/ppo.py", "--total-timesteps", "2048", "--torch-threads", "1"]
+    result = subprocess.run(
+        [*command, "--log-dir", str(tmp_path)], stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
+    os.close(write_end)
+    assert result.returncode == 0 and "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+    (run_dir,) = os.listdir(tmp_path)
+    assert os.path.exists(tmp_path / run_dir / "checkpoint.pt")
