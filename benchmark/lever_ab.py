@@ -29,19 +29,25 @@ def what_it_said(stderr: str) -> str:
     if said:
         return said.removeprefix("error: ")
     inner = [line.strip("│╭╮╰╯─ ") for line in lines]
-    return " ".join(line for line in inner if line and not line.startswith("For full helptext"))
+    inner = [line for line in inner if line and not line.startswith("For full helptext")]
+    if len(inner) > 1 and inner[1].lower().startswith(inner[0].lower()):
+        inner = inner[1:]  # the box's title, said again by its first line
+    return " ".join(inner)
 
 
-def check_parses(script: str, flags: list[str]) -> None:
+def parsed_value(script: str, flags: list[str]) -> str:
     """The script's own argument parser and checks on `flags`, before any run: a bad --flag or value costs no training
-    run (its validate_args holds the range checks, e.g. --torch-threads 0..4 per core)."""
+    run (its validate_args holds the range checks, e.g. --torch-threads 0..4 per core). Returns the value the script
+    reads for the last flag, as repr: `1` and `01` are one value."""
+    field = flags[-2].removeprefix("--").replace("-", "_")
     parse = (
         f"import sys, tyro; sys.path.insert(0, '.'); sys.path.insert(0, 'cleanrl'); import {script} as s; "
-        "s.validate_args(tyro.cli(s.Args, args=sys.argv[1:]))"
+        f"a = tyro.cli(s.Args, args=sys.argv[1:]); s.validate_args(a); print(repr(a.{field}))"
     )
     result = subprocess.run([sys.executable, "-c", parse, *flags], capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
         sys.exit(f"error: {script} refuses {' '.join(flags[-2:])}: {what_it_said(result.stderr)}")
+    return result.stdout.strip().splitlines()[-1]
 
 
 def run(command: list[str], log_dir: str) -> None:
@@ -71,8 +77,12 @@ def main() -> None:
             f"error: --steps {args.steps} must be more than --from-step {args.from_step} + 1000 (the SPS window), "
             "and --from-step >= 0"
         )
-    for value in args.values:
-        check_parses(args.script, [*SETTINGS[args.script], f"--{args.flag}", value])
+    parsed = [parsed_value(args.script, [*SETTINGS[args.script], f"--{args.flag}", value]) for value in args.values]
+    if parsed[0] == parsed[1]:
+        sys.exit(
+            f"error: --values {args.values[0]} {args.values[1]} are the same value to {args.script} "
+            f"(--{args.flag} {parsed[0]}): give the two compared"
+        )
     model, isa = cpu_model_and_isa()
     print(f"machine: {model}, {len(os.sched_getaffinity(0))} cores, ISA {isa}", flush=True)
     sps = {value: [] for value in args.values}

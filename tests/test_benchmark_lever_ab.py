@@ -13,6 +13,8 @@ from helpers import REPO
     "flags, fragments",
     [
         (["--flag", "channels-last", "--values", "on", "on"], ["--values on on are the same value"]),
+        # trial 12: the same value spelled twice ran as an A/B
+        (["--flag", "torch-threads", "--values", "1", "01"], ["--values 1 01 are the same value", "--torch-threads 1)"]),
         (["--flag", "channels-last", "--values", "on", "maybe"], ["refuses --channels-last maybe", "'maybe'"]),
         (["--flag", "channel-last", "--values", "on", "off"], ["refuses --channel-last on", "--channels-last"]),
         (["--flag", "channels-last", "--values", "on", "off", "--steps", "100"], ["--steps 100 must be more than"]),
@@ -30,4 +32,6 @@ def test_bad_input_is_one_line_before_any_run(flags, fragments, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+    words = lines[0].lower().split()
+    assert all(words[i : i + 2] != words[i + 2 : i + 4] for i in range(len(words) - 3)), lines[0]  # tyro's title once
     assert "SPS" not in result.stdout  # no run was made

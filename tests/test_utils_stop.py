@@ -100,6 +100,39 @@ def test_a_signal_forwarded_at_once_is_the_same_stop_not_a_second(second):
     assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"]
 
 
+def test_a_copy_of_the_signal_landing_inside_its_own_handler_is_still_one_stop():
+    """Trial 12: one Ctrl-C under `timeout --foreground` printed the stopping line twice. The launcher's copy landed
+    while the handler for the terminal's copy ran, between its `requested` check and its assignment, and Python ran
+    the handler again inside itself. Here the copy is sent from inside the handler, at its clock reading, every
+    time: one line, and the run saves."""
+    process = start(
+        """
+        import os, signal, time
+        import cleanrl_utils.stop as stop_module
+        class ClockThatForwardsTheSignalOnce:
+            sent = False
+            def monotonic(self):
+                if not self.sent:
+                    self.sent = True
+                    os.kill(os.getpid(), signal.SIGINT)  # Python runs its handler at the next bytecode: inside this one
+                    sum(range(1000))
+                return time.monotonic()
+        stop_module.time = ClockThatForwardsTheSignalOnce()
+        stop = stop_module.StopAfterIteration()
+        print("ready", flush=True)
+        while not stop.requested:
+            time.sleep(0.01)
+        time.sleep(0.5)
+        print("saved", flush=True)
+        """
+    )
+    wait_for(process, "ready")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0 and "saved" in stdout, stderr
+    assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"]
+
+
 SLOW_ITERATION = """
     import time
     from cleanrl_utils.stop import StopAfterIteration
