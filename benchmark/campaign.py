@@ -107,6 +107,19 @@ SLICES = {
         for name in ("rpo_continuous_action_envpool", "ppo_continuous_action_envpool")
     ]
     + [Cell(RPO, f"{RPO}_alpha001", ("Hopper-v4", "HalfCheetah-v4"), 1_000_000, 4096, ("--rpo-alpha", "0.01"))],
+    # Tianshou's protocol for the cells below its figure (docs/reinforce_a2c_npg_trpo.md): its 1M figures are read off
+    # 3M-step runs, whose lr is still about 2/3 of its start at 1M, and its REINFORCE figures are at 3M. These run 3M
+    # steps; cleanrl_utils.results reads A2C's against Tianshou's 1M figure up to 1M, as Tianshou does
+    "tianshou-protocol": [
+        Cell("a2c_continuous_action_envpool", "a2c_continuous_action_envpool_3m", ("Hopper-v4",), 3_000_000, 80),
+        Cell(
+            "reinforce_continuous_action_envpool",
+            "reinforce_continuous_action_envpool_3m",
+            ("HalfCheetah-v4", "Walker2d-v4"),
+            3_000_000,
+            2050,
+        ),
+    ],
     # tier 3: off-policy MuJoCo at 300k, 3 seeds (Tianshou's figures are at 1M: the tables say so)
     "off-policy-mujoco": [
         Cell(
@@ -126,14 +139,15 @@ SEEDS = {
     "value-classic": 3,
     "rpo-mujoco": 3,
     "off-policy-mujoco": 3,
+    "tianshou-protocol": 3,
 }
 
 
 @dataclass
 class CampaignArgs:
     slice: str
-    """the slice to run: on-policy-mujoco, ppo-tianshou-settings, dqn-classic, value-classic, rpo-mujoco or
-    off-policy-mujoco"""
+    """the slice to run: on-policy-mujoco, ppo-tianshou-settings, dqn-classic, value-classic, rpo-mujoco,
+    tianshou-protocol or off-policy-mujoco"""
     seeds: int = 0
     """seeds 1..N (0: the slice's own count, 5 or 3)"""
     results_dir: str = DEFAULT_RESULTS_DIR
