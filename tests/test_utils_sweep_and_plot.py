@@ -674,7 +674,8 @@ def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, scr
         cwd=REPO,
     )
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and not result.stdout, result.stderr
-    expected = "leaves no learning-phase step" if script.startswith("sac") else "is smaller than one rollout (1024 steps)"
+    replay = script.startswith(("sac", "c51"))
+    expected = "leaves no learning-phase step" if replay else "is smaller than one rollout (1024 steps)"
     assert result.stderr.startswith(f"error: --total-timesteps 100 {expected}"), result.stderr
     assert not (tmp_path / "runs").exists()
 
