@@ -12,7 +12,8 @@ warm-up) is not counted. The reference of the PPO Atari scripts is CleanRL's loo
 ppo_atari_envpool_cleanrl_layout.py; the torch.distributed one runs as 2 processes x 4 envs under torchrun, the same
 8 x 128 batch), of the LSTM script CleanRL's ppo_atari_lstm.py loop (benchmark/ppo_atari_lstm_envpool_cleanrl_layout.py),
 of PQN CleanRL's pqn_atari_envpool.py loop (benchmark/pqn_atari_envpool_cleanrl_layout.py), of C51 CleanRL's
-c51_atari.py loop (benchmark/c51_atari_envpool_cleanrl_layout.py), of SAC its CleanRL-layout baseline. TD3, DDPG and
+c51_atari.py loop (benchmark/c51_atari_envpool_cleanrl_layout.py), of RPO CleanRL's rpo_continuous_action.py loop on
+Gymnasium (benchmark/rpo_continuous_action_cleanrl_layout.py), of SAC its CleanRL-layout baseline. TD3, DDPG and
 the other replay scripts on Atari (DQN, Rainbow, discrete SAC) have no CleanRL-layout baseline here: their reference is the same script with every lever at its old fixed value (fp32, one torch thread per core),
 which is what CleanRL's scripts run. Pause other work on the machine while it runs.
 """
@@ -50,6 +51,8 @@ class Row:
 OFF_POLICY = ["--env-id", "Hopper-v4", "--learning-starts", "1000", "--buffer-size", "100000"]
 # no replay in the checkpoint: it does not change SPS, and four 1M-capacity buffers at once (7 GB each) fill a disk
 DQN_ATARI = ["--env-id", "Pong-v5", "--learning-starts", "1000", "--no-checkpoint-buffer"]
+RPO_TABLE5 = ["--env-id", "HalfCheetah-v4", "--num-envs", "64", "--num-steps", "64", "--learning-rate", "0.00295"]
+RPO_TABLE5 += ["--num-minibatches", "4", "--update-epochs", "2", "--vf-coef", "1.3", "--max-grad-norm", "3.5"]
 OLD_LEVERS = ["--precision", "fp32", "--torch-threads", str(len(os.sched_getaffinity(0)))]
 ROWS = [
     Row("ppo_atari_envpool", ["cleanrl/ppo_atari_envpool.py", "--env-id", "Pong-v5"], "CleanRL layout",
@@ -76,6 +79,10 @@ ROWS = [
         ["cleanrl/rainbow_atari_envpool.py", *DQN_ATARI, "--channels-last", "off", *OLD_LEVERS], 5000, 2000, 3000),
     Row("sac_atari_envpool", ["cleanrl/sac_atari_envpool.py", *DQN_ATARI], "the script, fp32, threads = cores",
         ["cleanrl/sac_atari_envpool.py", *DQN_ATARI, "--channels-last", "off", *OLD_LEVERS], 5000, 2000, 3000),
+    # RPO at the script's Table 5 settings, given to CleanRL's loop too (its own defaults are 1 env x 2,048 steps and
+    # 10 x 32 minibatches, 80x the gradient work per sample: a ratio to those would measure hyperparameters)
+    Row("rpo_continuous_action_envpool", ["cleanrl/rpo_continuous_action_envpool.py", *RPO_TABLE5], "CleanRL layout (Gymnasium)",
+        ["benchmark/rpo_continuous_action_cleanrl_layout.py", *RPO_TABLE5], 40960, 8192, 20480),
     Row("sac_continuous_action_envpool", ["cleanrl/sac_continuous_action_envpool.py", *OFF_POLICY], "CleanRL layout",
         ["benchmark/sac_continuous_action_cleanrl_layout.py", *OFF_POLICY], 4000, 2000, 3000),
     Row("td3_continuous_action_envpool", ["cleanrl/td3_continuous_action_envpool.py", *OFF_POLICY],
