@@ -674,7 +674,7 @@ def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, scr
         cwd=REPO,
     )
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and not result.stdout, result.stderr
-    replay = script.startswith(("sac", "c51"))
+    replay = script.startswith(("sac", "c51", "rainbow"))
     rollout = 2048 if script.startswith("rpo") else 1024  # CleanRL's 1 env x 2,048 steps; 8 x 128 on Atari
     expected = "leaves no learning-phase step" if replay else f"is smaller than one rollout ({rollout} steps)"
     assert result.stderr.startswith(f"error: --total-timesteps 100 {expected}"), result.stderr
