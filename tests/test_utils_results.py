@@ -92,6 +92,10 @@ def test_iqm_optimality_gap_and_the_stratified_bootstrap():
     assert low < point < high and point == pytest.approx(iqm(np.concatenate(tasks)))
 
 
+def results_command(results, output) -> list[str]:
+    return [sys.executable, "-m", "cleanrl_utils.results", "--results-dir", str(results), "--output-dir", str(output)]
+
+
 def fixture_record(exp_name: str, script: str, env_id: str, seed: int, final: float, best: float) -> dict:
     steps = list(range(10_000, 1_000_001, 10_000))
     return {
@@ -130,7 +134,7 @@ def test_one_command_regenerates_tables_figures_and_the_pages_sections(tmp_path)
         "<!-- results hopper-only: a2c_other @ Hopper-v4 -->\n<!-- /results -->\n"
     )
     output = tmp_path / "out"
-    command = [sys.executable, "-m", "cleanrl_utils.results", "--results-dir", str(results), "--output-dir", str(output)]
+    command = results_command(results, output)
     result = subprocess.run([*command, "--docs", str(page)], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == (
@@ -183,15 +187,7 @@ def test_a_longer_run_is_read_against_a_shorter_published_budget_up_to_that_budg
     )
     page = tmp_path / "page.md"
     page.write_text("<!-- results a2c-3m: a2c_3m -->\n<!-- /results -->\n")
-    command = [
-        sys.executable,
-        "-m",
-        "cleanrl_utils.results",
-        "--results-dir",
-        str(results),
-        "--output-dir",
-        str(tmp_path / "out"),
-    ]
+    command = results_command(results, tmp_path / "out")
     subprocess.run([*command, "--docs", str(page)], capture_output=True, text=True, cwd=REPO, check=True)
     text = page.read_text()
     # by hand: the seed-mean curve up to 1M is [1,000, 1,166.7]; its peak is at 1M, where the seeds hold 1,000, 1,200
@@ -274,15 +270,7 @@ def test_a_damaged_record_is_one_line_naming_it_and_nothing_is_written(tmp_path,
         path.write_text(json.dumps(record))
     bad.write_text(content(bad.read_text()))
     (results / "published.csv").write_text("algorithm,env_id,source,steps,value,metric\n")
-    command = [
-        sys.executable,
-        "-m",
-        "cleanrl_utils.results",
-        "--results-dir",
-        str(results),
-        "--output-dir",
-        str(tmp_path / "out"),
-    ]
+    command = results_command(results, tmp_path / "out")
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"error: the record {str(bad)!r}") and fragment in result.stderr, result.stderr
