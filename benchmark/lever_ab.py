@@ -42,12 +42,15 @@ def parsed_value(script: str, flags: list[str]) -> str:
     field = flags[-2].removeprefix("--").replace("-", "_")
     parse = (
         f"import sys, tyro; sys.path.insert(0, '.'); sys.path.insert(0, 'cleanrl'); import {script} as s; "
-        f"a = tyro.cli(s.Args, args=sys.argv[1:]); s.validate_args(a); print(repr(a.{field}))"
+        f"a = tyro.cli(s.Args, args=sys.argv[1:]); s.validate_args(a); print('value:', repr(a.{field}))"
     )
     result = subprocess.run([sys.executable, "-c", parse, *flags], capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
         sys.exit(f"error: {script} refuses {' '.join(flags[-2:])}: {what_it_said(result.stderr)}")
-    return result.stdout.strip().splitlines()[-1]
+    said = [line for line in result.stdout.splitlines() if line.startswith("value: ")]
+    if not said:  # --help (trial 13: its box was taken for the value): not a setting of the run
+        sys.exit(f"error: {flags[-2]} is not a setting of {script}'s runs: give a lever's flag, e.g. channels-last")
+    return said[-1].removeprefix("value: ")
 
 
 def run(command: list[str], log_dir: str) -> None:
@@ -68,6 +71,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.script not in SETTINGS:
         sys.exit(f"error: --script {args.script!r} is not one of {', '.join(SETTINGS)}")
+    if args.flag in ("total-timesteps", "log-dir"):  # trial 13, Q2: its own value came last and won, A and B ran alike
+        sys.exit(f"error: --flag {args.flag} is set by this tool itself (--steps, a temporary folder): compare a lever")
     if args.values[0] == args.values[1]:
         sys.exit(f"error: --values {args.values[0]} {args.values[1]} are the same value: give the two compared")
     if args.repeats < 1:
@@ -77,7 +82,9 @@ def main() -> None:
             f"error: --steps {args.steps} must be more than --from-step {args.from_step} + 1000 (the SPS window), "
             "and --from-step >= 0"
         )
-    parsed = [parsed_value(args.script, [*SETTINGS[args.script], f"--{args.flag}", value]) for value in args.values]
+    # checked with the run's own --total-timesteps (trial 13, Q1: a --learning-starts past it passed, then failed a run)
+    fixed = [*SETTINGS[args.script], "--total-timesteps", str(args.steps)]
+    parsed = [parsed_value(args.script, [*fixed, f"--{args.flag}", value]) for value in args.values]
     if parsed[0] == parsed[1]:
         sys.exit(
             f"error: --values {args.values[0]} {args.values[1]} are the same value to {args.script} "
@@ -89,10 +96,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as log_dir:
         for repeat in range(args.repeats):
             for value in args.values:
-                command = [f"cleanrl/{args.script}.py", *SETTINGS[args.script], f"--{args.flag}", value]
                 out = os.path.join(log_dir, f"{value}-{repeat}")
                 os.makedirs(out)
-                run([*command, "--total-timesteps", str(args.steps)], out)
+                run([f"cleanrl/{args.script}.py", *fixed, f"--{args.flag}", value], out)  # the command checked above
                 sps[value].append(learning_sps(out, args.from_step))
                 print(f"  --{args.flag} {value} run {repeat + 1}: SPS {sps[value][-1]:.1f}", flush=True)
     (a, a_sps), (b, b_sps) = sps.items()

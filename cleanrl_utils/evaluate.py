@@ -368,6 +368,21 @@ def evaluate_kept_checkpoints(run_dir: str, args: EvalArgs) -> tuple[int, float]
 
 def main() -> None:
     args = tyro.cli(EvalArgs)
+    try:
+        evaluate_as_asked(args)
+    except (ImportError, MemoryError, RuntimeError) as error:
+        if not machine_refused(error):
+            raise
+        # trial 13: under a memory limit, the import of flax (a JAX model) or torch failed as a traceback
+        first_line = " ".join(str(error).split())[:300]
+        sys.exit(
+            f"error: the machine refused memory or threads while evaluating {args.model_path!r} "
+            f"({type(error).__name__}: {first_line}); the model file was not read wrong: retry with more memory "
+            "(ulimit -v, a container's limit) or when the machine is less busy"
+        )
+
+
+def evaluate_as_asked(args: EvalArgs) -> None:
     hide_box_precision_warnings()  # as the training scripts do
     # Filming a JAX model starts ffmpeg (imageio) in a child process that execs at once; JAX's warning concerns a
     # forked child that goes on running Python beside JAX's threads, which none here does.

@@ -139,7 +139,9 @@ def read_record(path: str, keys: tuple[str, ...]) -> dict:
 
 def bad_values(record: dict) -> str | None:
     """What is wrong with a record's values, or None: returns must be finite numbers (a NaN would pass into the
-    aggregates as [nan, nan] and exit 0), and each curve a mapping of equal-length lists of finite numbers."""
+    aggregates as [nan, nan] and exit 0), names non-empty strings, seed and budget integers, and each curve a mapping
+    of equal-length lists of finite numbers with its fields, at increasing steps (trial 13: an empty, reversed or
+    string-seeded record met the figures as a traceback, or exited 0 with a wrong band)."""
 
     def finite(value) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -149,16 +151,33 @@ def bad_values(record: dict) -> str | None:
             return f"{key} = {record[key]!r}, not a finite number"
     if "best_test_return" in record and record["best_test_return"] is not None and not finite(record["best_test_return"]):
         return f"best_test_return = {record['best_test_return']!r}, not a finite number or null"
-    for key in ("train_curve", "test_curve"):
+    for key in ("script", "exp_name", "env_id", "cpu"):
+        if key in record and not (isinstance(record[key], str) and record[key]):
+            return f"{key} = {record[key]!r}, not a non-empty string"
+    for key in ("seed", "total_timesteps"):
+        if key in record and not (isinstance(record[key], int) and not isinstance(record[key], bool)):
+            return f"{key} = {record[key]!r}, not an integer"
+    if "total_timesteps" in record and record["total_timesteps"] <= 0:
+        return f"total_timesteps = {record['total_timesteps']!r}, not positive"
+    for key, fields, least in (("train_curve", ("step", "wall_seconds", "return"), 1), ("test_curve", ("step", "return"), 0)):
         if key not in record:
             continue
         curve = record[key]
         if not isinstance(curve, dict) or not all(isinstance(v, list) for v in curve.values()):
             return f"{key} = {curve!r:.60}, not a mapping of lists"
+        if missing := [field for field in fields if field not in curve]:
+            return f"{key} without {', '.join(missing)}"
         if len({len(v) for v in curve.values()}) > 1:
             return f"{key} with lists of different lengths ({', '.join(f'{k}: {len(v)}' for k, v in curve.items())})"
+        if len(curve["step"]) < least:
+            return f"{key} with no points (a finished run records at least one)"
         if not all(finite(x) for v in curve.values() for x in v):
             return f"{key} holding a value that is not a finite number"
+        steps = curve["step"]
+        if any(later <= earlier for earlier, later in zip(steps, steps[1:])):  # the bands interpolate over steps
+            return f"{key} whose steps do not increase"
+        if any(later < earlier for earlier, later in zip(curve.get("wall_seconds", []), curve.get("wall_seconds", [])[1:])):
+            return f"{key} whose wall_seconds go back"
     return None
 
 

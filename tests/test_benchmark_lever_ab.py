@@ -22,6 +22,12 @@ from helpers import REPO
         (["--flag", "torch-threads", "--values", "0", "100000"], ["refuses --torch-threads 100000", "must be in 0.."]),
         (["--flag", "torch-threads", "--values", "1", "-3"], ["refuses --torch-threads -3", "must be in 0.."]),
         (["--flag", "channels-last", "--values", "on", "off", "--repeats", "0"], ["--repeats must be >= 1, got 0"]),
+        # trial 13, Q1: checked without the run's --total-timesteps, a --learning-starts past it failed only in a run
+        (["--flag", "learning-starts", "--values", "100", "3500", "--steps", "3001"], ["refuses --learning-starts 3500"]),
+        # trial 13, Q2: the tool's own flags came last and won: A and B ran alike and a ratio was printed
+        (["--flag", "total-timesteps", "--values", "5000", "8000"], ["--flag total-timesteps is set by this tool"]),
+        (["--flag", "log-dir", "--values", "/tmp/a", "/tmp/b"], ["--flag log-dir is set by this tool"]),
+        (["--flag", "help", "--values", "a", "b"], ["--help is not a setting of c51_atari_envpool's runs"]),
     ],
 )
 def test_bad_input_is_one_line_before_any_run(flags, fragments, tmp_path):

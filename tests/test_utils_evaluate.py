@@ -261,6 +261,33 @@ def test_a_machine_that_refuses_threads_or_memory_is_not_blamed_on_the_model_fil
     assert "does not fit" not in line and "'CartPole-v1'" in line and type(error).__name__ in line
 
 
+@pytest.mark.parametrize("failing", ["load_flax_checkpoint", "import_script"])
+def test_a_library_the_machine_cannot_load_is_one_line_naming_the_machine(tmp_path, monkeypatch, failing):
+    """Trial 13: under `ulimit -v 800000` the import of flax, which reads a JAX model, failed with "failed to map
+    segment" as a 22-line traceback, outside the player's set-up that names the machine. An ImportError that is
+    not the machine's stays a traceback."""
+    model = tmp_path / "ppo.cleanrl_model"
+    model.write_bytes(b"not read")
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", str(model), "--episodes", "1", "--torch-threads", "1"])
+
+    def refused(*args, **kwargs):
+        raise ImportError("libjax_common.so: failed to map segment from shared object")
+
+    monkeypatch.setattr(evaluate_module, failing, refused)
+    if failing == "import_script":  # the file read; the script's own imports (torch, EnvPool) fail
+        monkeypatch.setattr(evaluate_module, "load_checkpoint", lambda path: {"args": {}})
+        monkeypatch.setattr(evaluate_module, "find_script", lambda *args: "cleanrl/ppo.py")
+    line = one_line_exit(evaluate_module.main, "the machine refused memory or threads", "failed to map segment")
+    assert str(model) in line and "not read wrong" in line
+
+    def broken(*args, **kwargs):
+        raise ImportError("No module named 'somewhere'")
+
+    monkeypatch.setattr(evaluate_module, failing, broken)
+    with pytest.raises(ImportError):
+        evaluate_module.main()
+
+
 def test_jax_evaluation_draws_a_new_key_for_every_policy_call(jax_run):
     """The JAX players fold a call counter into the evaluation key, a stream without end (a pre-split array of 10^6
     keys ran out in a long evaluation: 32 Atari games of up to 27,000 steps each). The same observations played

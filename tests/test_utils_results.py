@@ -245,6 +245,12 @@ def edited(text: str, **changes) -> str:
     return json.dumps(json.loads(text) | changes)
 
 
+def reversed_steps(text: str, curve: str) -> str:
+    record = json.loads(text)
+    record[curve]["step"] = record[curve]["step"][::-1]
+    return json.dumps(record)
+
+
 @pytest.mark.parametrize(
     "content, fragment",
     [
@@ -256,6 +262,15 @@ def edited(text: str, **changes) -> str:
         (lambda good: edited(good, final_return=float("nan")), "final_return = nan, not a finite number"),
         (lambda good: edited(good, train_curve=None), "train_curve = None, not a mapping of lists"),
         (lambda good: edited(good, test_curve={"step": [1, 2], "return": [1.0]}), "test_curve with lists of different"),
+        # trial 13: an empty curve (IndexError after pages were written), a string seed (TypeError), reversed steps
+        # (exit 0, a wrong band), a missing field, a zero budget
+        (lambda good: edited(good, train_curve={"step": [], "wall_seconds": [], "return": []}), "train_curve with no points"),
+        (lambda good: edited(good, seed="1"), "seed = '1', not an integer"),
+        (lambda good: edited(good, env_id=""), "env_id = '', not a non-empty string"),
+        (lambda good: edited(good, total_timesteps=0), "total_timesteps = 0, not positive"),
+        (lambda good: reversed_steps(good, "train_curve"), "train_curve whose steps do not increase"),
+        (lambda good: reversed_steps(good, "test_curve"), "test_curve whose steps do not increase"),
+        (lambda good: edited(good, test_curve={"return": [1.0]}), "test_curve without step"),
     ],
 )
 def test_a_damaged_record_is_one_line_naming_it_and_nothing_is_written(tmp_path, content, fragment):
