@@ -160,8 +160,6 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
         sys.exit(f"error: --noisy-std must be in [0, 10] (0: no noise), got {args.noisy_std}")
     if not 2 <= args.n_atoms <= 10_000:  # 2: the support's two ends; the paper's 51
         sys.exit(f"error: --n-atoms must be in [2, 10000], got {args.n_atoms}")
-    if not args.v_min < args.v_max:
-        sys.exit(f"error: --v-min {args.v_min} must be below --v-max {args.v_max} (the support's two ends)")
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
     # A resumed run's full ring is in memory already (the checkpoint), and ReplayBuffer.load_state_dict takes it over

@@ -11,6 +11,7 @@ from typing import Callable
 
 # EnvPool takes int32 seeds (numpy's global seed is a uint32): one range for every script, the smaller.
 MAX_SEED = 2**31 - 1
+SUPPORT_BOUND = 1e6  # a C51 support's ends: returns in reward units, far past any game's, and far from float32's limit
 
 
 def flag(name: str) -> str:
@@ -55,6 +56,13 @@ def check_run_args(args) -> None:
         sys.exit(f"error: --gamma must be in (0, 1], got {args.gamma}")
     if hasattr(args, "gae_lambda") and not 0 <= args.gae_lambda <= 1:  # only the scripts that have the flag
         sys.exit(f"error: --gae-lambda must be in [0, 1], got {args.gae_lambda}")
+    # the distributional scripts' support: ends within reach of float32 arithmetic (trial 13, Q5: +-3e38 made its
+    # width inf, and the projection indexed atom -2^63 in a traceback)
+    if hasattr(args, "v_min") and not -SUPPORT_BOUND <= args.v_min < args.v_max <= SUPPORT_BOUND:
+        sys.exit(
+            f"error: --v-min {args.v_min} and --v-max {args.v_max} must hold -{SUPPORT_BOUND:,.0f} <= v-min < v-max <= "
+            f"{SUPPORT_BOUND:,.0f} (the support's two ends, in return units)"
+        )
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     check_torch_threads(getattr(args, "torch_threads", 0))

@@ -132,7 +132,8 @@ def test_a_resumed_extension_continues_the_uninterrupted_run(tmp_path):
 BAD_INPUT = [
     (["--n-atoms", "1"], ["--n-atoms must be in [2, 10000], got 1"]),
     (["--n-atoms", "100000000"], ["--n-atoms must be in [2, 10000], got 100000000"]),  # trial 5, P1: a traceback
-    (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 must be below --v-max -10.0"]),
+    (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 and --v-max -10.0 must hold -1,000,000 <= v-min < v-max"]),
+    (["--v-min", "-3e38", "--v-max", "3e38"], ["--v-min -3e+38 and --v-max 3e+38 must hold"]),  # trial 13, Q5
     (["--v-max", "nan"], ["--v-max must be a finite number, got nan"]),
     (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),
     (["--env-id", "Pong-v5"], ["'Pong-v5'"]),
