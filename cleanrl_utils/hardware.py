@@ -303,7 +303,7 @@ def choose_speed_levers(
 
         run_dir = os.path.dirname(os.path.abspath(args.resume))
         check_resumable_dir(run_dir, args.resume)
-        check_resumes_the_latest(run_dir, args.resume)
+        check_resumes_the_latest(run_dir, args.resume, checkpoint.get("global_step"))
     precision = None
     if hasattr(args, "precision"):
         kept = args.precision == saved.get("precision")

@@ -75,14 +75,31 @@ def check_resumable_dir(run_dir: str, checkpoint_path: str) -> None:
         )
 
 
-def check_resumes_the_latest(run_dir: str, checkpoint_path: str) -> None:
+def check_resumes_the_latest(run_dir: str, checkpoint_path: str, saved_step: int | None = None) -> None:
     """A resumed run continues in its checkpoint's folder: it rewrites checkpoint.<ext>, keeps new checkpoints and
     drops the logged scalars past its step. From an older kept checkpoint of a run that went on, that would destroy
-    the newer lineage and mix the two: refuse in one line that says how to branch instead (a copy in a new folder)."""
+    the newer lineage and mix the two: refuse in one line that says how to branch instead (a copy in a new folder).
+    The step is the kept file's name; for another name (checkpoint.<ext> rolled back by hand to an older kept copy,
+    trial 13, Q6), `saved_step`, the step the checkpoint records, or else the step of a kept file of equal bytes."""
     from cleanrl_utils.checkpoint import kept_checkpoint_step
 
     kept = kept_checkpoint_step(os.path.basename(checkpoint_path))
     if kept is None:
+        ext = os.path.splitext(checkpoint_path)[1]
+        all_kept = sorted((k[0], name) for name in os.listdir(run_dir) if (k := kept_checkpoint_step(name)) and k[1] == ext)
+        if saved_step is None:  # no step at hand: the kept file it is a copy of, if any
+            saved_step = next(
+                (step for step, name in all_kept if same_checkpoint(checkpoint_path, os.path.join(run_dir, name))), None
+            )
+        newer = [name for step, name in all_kept if saved_step is not None and step > saved_step]
+        if newer:
+            branch = f"{run_dir}-from-{saved_step}"
+            later = ", ".join(newer) if len(newer) <= 3 else f"{len(newer)} later checkpoints, up to {newer[-1]}"
+            sys.exit(
+                f"error: --resume {checkpoint_path!r} holds step {saved_step:,}, older than the kept checkpoints of this "
+                f"run ({later}); resuming it in place would overwrite that lineage. To branch from it: mkdir {branch} "
+                f"&& cp {checkpoint_path} {branch}/checkpoint{ext}, then --resume {branch}/checkpoint{ext}"
+            )
         return
     step, ext = kept
     newer = sorted(
@@ -110,7 +127,7 @@ def same_checkpoint(a: str, b: str) -> bool:
     fallback where the file system has no hard links)."""
     import filecmp
 
-    return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
+    return os.path.samefile(a, b) or (os.path.getsize(a) == os.path.getsize(b) and filecmp.cmp(a, b, shallow=False))
 
 
 def check_writable_dir(path: str, flag: str, keep: bool = True) -> None:

@@ -213,6 +213,19 @@ def test_an_older_kept_checkpoint_resumes_only_as_a_branch(pendulum_run, tmp_pat
     assert torch.load(branch / "checkpoint.pt", weights_only=True)["global_step"] == 33_600
 
 
+def test_checkpoint_pt_rolled_back_by_hand_to_an_older_kept_one_is_refused(pendulum_run, tmp_path):
+    """Trial 13, Q6: the older kept checkpoint copied over checkpoint.pt resumed at its step and overwrote the newer
+    kept ones. The step the checkpoint records is compared with the kept ones: one line, every file as it was."""
+    run_dir = tmp_path / os.path.basename(pendulum_run)
+    shutil.copytree(pendulum_run, run_dir)
+    os.remove(run_dir / "checkpoint.pt")
+    shutil.copy(run_dir / "checkpoint-000032000.pt", run_dir / "checkpoint.pt")
+    files = {name: open(run_dir / name, "rb").read() for name in os.listdir(run_dir)}
+    result = run_script(SCRIPT, "--resume", str(run_dir / "checkpoint.pt"), "--total-timesteps", "200000")
+    assert_one_error_line(result, ["holds step 32,000, older than the kept checkpoints", f"mkdir {run_dir}-from-32000"])
+    assert {name: open(run_dir / name, "rb").read() for name in os.listdir(run_dir)} == files
+
+
 BAD_INPUT = [
     (["--env-id", "Pong-v5"], ["'Pong-v5'", "an EnvPool Atari environment"]),
     (["--num-steps", "0"], ["--num-steps", "0"]),

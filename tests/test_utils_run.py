@@ -361,6 +361,33 @@ def test_resuming_an_older_kept_checkpoint_is_refused_with_how_to_branch(tmp_pat
     one_line_exit(lambda: run_folder(run_args("runs"), older), "went on (checkpoint.pt)")
 
 
+def test_checkpoint_pt_rolled_back_to_an_older_kept_copy_is_refused_too(tmp_path):
+    """Trial 13, Q6: copying checkpoint-000000100.pt over checkpoint.pt and resuming checkpoint.pt went through and
+    overwrote the newer kept checkpoints. The step comes from the checkpoint (`saved_step`) where the caller has it,
+    else from the kept file of equal bytes; a checkpoint.pt at or past the newest kept step resumes as before."""
+    from cleanrl_utils.run import check_resumes_the_latest
+
+    run_dir = tmp_path / "CartPole-v1__ppo__1__1700000000"
+    run_dir.mkdir()
+    for step in (100, 200, 300):
+        (run_dir / f"checkpoint-{step:09d}.pt").write_bytes(f"step {step}".encode())
+    (run_dir / "checkpoint.pt").write_bytes(b"step 100")  # rolled back by hand
+    before = {path.name: path.read_bytes() for path in run_dir.iterdir()}
+    latest = str(run_dir / "checkpoint.pt")
+    one_line_exit(
+        lambda: run_folder(run_args("runs"), latest),
+        f"error: --resume {latest!r} holds step 100, older than the kept checkpoints of this run "
+        "(checkpoint-000000200.pt, checkpoint-000000300.pt)",
+        f"mkdir {run_dir}-from-100 && cp {latest} {run_dir}-from-100/checkpoint.pt",
+    )
+    assert {path.name: path.read_bytes() for path in run_dir.iterdir()} == before
+    (run_dir / "checkpoint.pt").write_bytes(b"another state")  # bytes of no kept file: the recorded step decides
+    one_line_exit(lambda: check_resumes_the_latest(str(run_dir), latest, saved_step=200), "holds step 200", "000300")
+    check_resumes_the_latest(str(run_dir), latest, saved_step=300)  # the newest: resumes
+    check_resumes_the_latest(str(run_dir), latest, saved_step=450)  # went on without keeping: resumes
+    assert run_folder(run_args("runs"), latest)[1] == str(run_dir)  # no step at hand, no equal kept file: resumes
+
+
 def test_an_older_checkpoint_of_a_long_run_names_how_many_went_on_not_each(tmp_path):
     """Trial 8, S1: a run that kept 140 checkpoints after the one resumed made a 5,000-character line."""
     run_dir = tmp_path / "CartPole-v1__ppo__1__1700000000"
