@@ -61,7 +61,9 @@ def run(command: list[str], log_dir: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(  # the docstring's first paragraph (trial 13: its first line stopped mid-sentence)
+        description=" ".join(__doc__.split("\n\n")[0].split()), epilog="Run on a quiet machine: the runs are sequential."
+    )
     parser.add_argument("--script", required=True, help=f"one of {', '.join(SETTINGS)}")
     parser.add_argument("--flag", required=True, help="the lever's flag without its dashes, e.g. channels-last")
     parser.add_argument("--values", nargs=2, required=True, metavar=("A", "B"), help="the two values compared")

@@ -17,7 +17,7 @@ or left out is printed and written under the table in summary.md.
 
 Runs are grouped by script (exp_name) x env. For each env one PNG shows each script's mean episodic
 return over seeds with a 95% confidence band (Student t over seeds), against env steps and against
-wall time, up to where the shortest seed ends. `summary.md` lists per script x env: seeds, steps,
+wall time, up to where the shortest seed ends. `summary.md` lists per script x env: seeds, steps (the most any seed ran),
 final return (mean of each run's last 10% of episodes, then mean +- std over seeds), best return
 (max of the mean curve) and SPS.
 """
@@ -254,7 +254,7 @@ def summarise(runs: list[RunData], window: int) -> list[dict]:
                 "env": env_id,
                 "seeds": len(group),
                 "unfinished": sum(not run.finished for run in group),
-                "steps": int(max(run.steps[-1] for run in group)),
+                "steps": int(max(run.last_step for run in group)),  # the steps run, not the last episode's end
                 "final_mean": float(np.mean(finals)),
                 "final_std": float(np.std(finals)),
                 # the best stretch of training: the highest point of the seed-mean moving average, or the final

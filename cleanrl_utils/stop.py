@@ -88,7 +88,11 @@ def exit_at_once_on_signals() -> None:
     if not isinstance(sys.stdout, OutputThatOutlivesItsReader):
         sys.stdout = OutputThatOutlivesItsReader(sys.stdout)
 
+    signals_seen = itertools.count()
+
     def exit_now(signum, frame):
+        if next(signals_seen) > 0:  # a launcher's copy of the same Ctrl-C: the first call is exiting, with its line
+            return
         _say(f"{SIGNAL_NAMES[signum]} during start-up: exiting before training began")
         _exit_now(128 + signum)
 
@@ -120,8 +124,11 @@ def exit_tool_on_signals(tool: str) -> None:
     traceback. Installed before the tool's heavy imports, so it holds during start-up too."""
 
     end_quietly_when_the_reader_goes()
+    signals_seen = itertools.count()  # one C call: of a signal and its launcher's copy, exactly one call sees 0
 
     def exit_now(signum, frame):
+        if next(signals_seen) > 0:  # the copy (trial 13: plain `timeout` passes the terminal's Ctrl-C on): one line
+            return
         left = remove_saves_in_progress() + "; ".join(LEFT_BEHIND)
         _say(f"{SIGNAL_NAMES[signum]}: {tool} stopped" + (f"; {left.rstrip('; ')}" if left else ""))
         _exit_now(128 + signum)

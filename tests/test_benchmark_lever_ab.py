@@ -41,3 +41,11 @@ def test_bad_input_is_one_line_before_any_run(flags, fragments, tmp_path):
     words = lines[0].lower().split()
     assert all(words[i : i + 2] != words[i + 2 : i + 4] for i in range(len(words) - 3)), lines[0]  # tyro's title once
     assert "SPS" not in result.stdout  # no run was made
+
+
+def test_help_says_the_whole_first_paragraph():
+    """Trial 13: `--help` described the tool with the docstring's first line, cut off mid-sentence."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO, "benchmark", "lever_ab.py"), "--help"], capture_output=True, text=True, cwd=REPO
+    )
+    assert result.returncode == 0 and "cannot decide a default." in " ".join(result.stdout.split()), result.stdout

@@ -404,6 +404,38 @@ def test_a_tool_stopped_by_a_signal_says_so_in_one_line(signum, name, moment):
     assert stderr_lines(stderr) == [f"{name}: cleanrl_utils.some_tool stopped{left}"]
 
 
+@pytest.mark.parametrize(
+    "install, line",
+    [
+        ("stop_module.exit_tool_on_signals('cleanrl_utils.some_tool')", "Ctrl-C: cleanrl_utils.some_tool stopped"),
+        ("stop_module.exit_at_once_on_signals()", "Ctrl-C during start-up: exiting before training began"),
+    ],
+)
+def test_a_copy_of_the_signal_landing_while_the_exit_runs_adds_no_second_line(install, line):
+    """Trial 13: under plain `timeout`, one Ctrl-C to `cleanrl_utils.results` printed its stopped line twice: the
+    launcher's copy landed after the first line, in the Python code the exit runs (an import), and Python ran the
+    handler again there. Here the copy is sent from inside the exit, every time: one line."""
+    process = start(
+        f"""
+        import os, signal, time
+        import cleanrl_utils.stop as stop_module
+        exit_for_real = stop_module._exit_now
+        def exit_after_a_copy_lands(code):
+            os.kill(os.getpid(), signal.SIGINT)  # Python runs its handler at the next bytecode: inside this one
+            sum(range(1000))
+            exit_for_real(code)
+        stop_module._exit_now = exit_after_a_copy_lands
+        {install}
+        print("ready", flush=True)
+        time.sleep(60)
+        """
+    )
+    wait_for(process, "ready")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 128 + signal.SIGINT and stderr_lines(stderr) == [line], stderr
+
+
 @pytest.mark.parametrize("tool", ["evaluate", "plot", "results"])
 def test_each_tool_takes_signals_before_its_libraries_load(tool):
     with open(os.path.join(REPO, "cleanrl_utils", f"{tool}.py")) as file:

@@ -145,6 +145,14 @@ def test_plot_writes_pngs_and_summary(tmp_path):
     assert rows["Pong-v5"]["sps"] == pytest.approx(602.0)
     assert rows["Pong-v5"]["steps"] == 100_000 and rows["Pong-v5"]["seeds"] == 3
     assert rows["Breakout-v5"]["final_mean"] == pytest.approx(10.0) and rows["Breakout-v5"]["best"] == pytest.approx(10.0)
+    # trial 13: "steps" was the last finished episode's step; a run whose last episode ended at 95,000 ran 100,000
+    writer = SummaryWriter(str(tmp_path / "one" / "Hopper-v4__sac__1__1700000000"))
+    for step in steps[:95]:
+        writer.add_scalar("charts/episodic_return", 1.0, step)
+    writer.add_scalar("charts/SPS", 100.0, 100_000)
+    writer.close()
+    (hopper,) = summarise(load_runs(str(tmp_path / "one"), "charts/episodic_return"), window=20)
+    assert hopper["steps"] == 100_000
 
     out_dir = tmp_path / "plots"
     result = subprocess.run(
