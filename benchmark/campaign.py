@@ -42,9 +42,11 @@ from cleanrl_utils.results import (  # noqa: E402
     run_record,
     write_summary_csv,
 )
+from cleanrl_utils.run import check_writable_dir  # noqa: E402
 from cleanrl_utils.stop import end_quietly_when_the_reader_goes  # noqa: E402
 
 DEFAULT_RESULTS_DIR = os.path.join(REPO, "benchmark", "results")
+MAX_SEEDS = 100  # a slice's seeds 1..N: more is a typo (each run takes minutes to hours)
 TIANSHOU_EPOCH = 30_000  # env steps between periodic tests in Tianshou's MuJoCo benchmark
 
 
@@ -149,7 +151,7 @@ class CampaignArgs:
     """the slice to run: on-policy-mujoco, ppo-tianshou-settings, dqn-classic, value-classic, rpo-mujoco,
     tianshou-protocol or off-policy-mujoco"""
     seeds: int = 0
-    """seeds 1..N (0: the slice's own count, 5 or 3)"""
+    """seeds 1..N, N at most 100 (0: the slice's own count, 5 or 3)"""
     results_dir: str = DEFAULT_RESULTS_DIR
     """the tracked folder the results go to"""
     runs_dir: str = os.path.join(REPO, "runs", "campaign")
@@ -245,8 +247,14 @@ def main() -> None:
     args = tyro.cli(CampaignArgs)
     if args.slice not in SLICES:
         sys.exit(f"error: --slice {args.slice!r} is not a slice; the slices are {', '.join(SLICES)}")
-    if args.seeds < 0:
-        sys.exit(f"error: --seeds must be >= 0 (0: the slice's own count), got {args.seeds}")
+    if not 0 <= args.seeds <= MAX_SEEDS:  # trial 14: --seeds 10^9 built a plan of 3e9 runs before a line
+        sys.exit(f"error: --seeds must be in 0..{MAX_SEEDS} (0: the slice's own count), got {args.seeds}")
+    for flag, folder in (("--results-dir", args.results_dir), ("--runs-dir", args.runs_dir)):  # trial 14: a file
+        if os.path.exists(folder) and not os.path.isdir(folder):  # passed, then failed after a run as a traceback
+            sys.exit(f"error: {flag} {folder!r} is a file, not a folder")
+    if not args.dry_run:
+        check_writable_dir(args.results_dir, "--results-dir")
+        check_writable_dir(args.runs_dir, "--runs-dir")
     seeds = range(1, (args.seeds or SEEDS[args.slice]) + 1)
     cpu = cpu_description()
     plan = [(seed, cell, env_id) for seed in seeds for cell in SLICES[args.slice] for env_id in cell.env_ids]

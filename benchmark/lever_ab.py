@@ -73,6 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.script not in SETTINGS:
         sys.exit(f"error: --script {args.script!r} is not one of {', '.join(SETTINGS)}")
+    args.flag = args.flag.removeprefix("--").replace("_", "-")  # tyro takes either spelling (trial 14: total_timesteps)
     if args.flag in ("total-timesteps", "log-dir"):  # trial 13, Q2: its own value came last and won, A and B ran alike
         sys.exit(f"error: --flag {args.flag} is set by this tool itself (--steps, a temporary folder): compare a lever")
     if args.values[0] == args.values[1]:

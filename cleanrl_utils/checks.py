@@ -11,6 +11,7 @@ from typing import Callable
 
 # EnvPool takes int32 seeds (numpy's global seed is a uint32): one range for every script, the smaller.
 MAX_SEED = 2**31 - 1
+FLOAT32_EPS = 2.0**-23
 SUPPORT_BOUND = 1e6  # a C51 support's ends: returns in reward units, far past any game's, and far from float32's limit
 
 
@@ -63,6 +64,17 @@ def check_run_args(args) -> None:
             f"error: --v-min {args.v_min} and --v-max {args.v_max} must hold -{SUPPORT_BOUND:,.0f} <= v-min < v-max <= "
             f"{SUPPORT_BOUND:,.0f} (the support's two ends, in return units)"
         )
+    if hasattr(args, "v_min") and hasattr(args, "n_atoms") and args.n_atoms >= 2:
+        # atoms closer than float32 resolves at the support's scale collapse into one (trial 14: [0, 1e-45] learnt
+        # nothing and exited 0; [5, 5.0000001] indexed atom -2^63 in the projection)
+        spacing = (args.v_max - args.v_min) / (args.n_atoms - 1)
+        least = 1e3 * FLOAT32_EPS * max(1.0, abs(args.v_min), abs(args.v_max))
+        if spacing < least:
+            sys.exit(
+                f"error: --v-min {args.v_min}, --v-max {args.v_max} and --n-atoms {args.n_atoms} put the atoms "
+                f"{spacing:.3g} apart, closer than float32 keeps apart at this scale (at least {least:.3g}): widen the "
+                "support or use fewer atoms"
+            )
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     check_torch_threads(getattr(args, "torch_threads", 0))

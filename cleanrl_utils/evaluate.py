@@ -88,11 +88,28 @@ def load_flax_checkpoint(model_path: str) -> dict | None:
     return checkpoint
 
 
+# The smallest address-space limit (`ulimit -v`) under which a JAX model played here (2.5 GB, AMD EPYC, JAX on CPU).
+# Below about 2 GB XLA aborts or segfaults in C++ (trial 14: exit 134, 139), which no Python handler can turn into a line.
+JAX_ADDRESS_SPACE = 2_500_000 * 1024
+
+
+def check_address_space_for_jax(model_path: str) -> None:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < JAX_ADDRESS_SPACE:
+        sys.exit(
+            f"error: this process may map {soft // 2**20:,} MiB (ulimit -v), less than the {JAX_ADDRESS_SPACE // 2**20:,} "
+            f"MiB JAX needs to play {model_path!r} (below it XLA aborts with no error line): raise the limit"
+        )
+
+
 def load_checkpoint(model_path: str) -> dict:
     if not os.path.isfile(model_path):
         sys.exit(f"error: --model-path {model_path!r} does not exist")
     flax_checkpoint = load_flax_checkpoint(model_path)
     if flax_checkpoint is not None:
+        check_address_space_for_jax(model_path)
         upgrade_saved_args(flax_checkpoint["args"])
         return flax_checkpoint
     import torch
@@ -255,6 +272,8 @@ def import_script(path: str):
         spec.loader.exec_module(module)
     except Exception as error:  # the user's script does not import: one line with where, not evaluate's own frames
         del sys.modules[name]
+        if isinstance(error, (ImportError, MemoryError, RuntimeError)) and machine_refused(error):
+            raise  # its libraries under a memory limit: main() names the machine (trial 14: this blamed a good script)
         message = " ".join(str(error).split())[:300]  # SyntaxError's names the file and line
         sys.exit(f"error: the script {path!r} does not import: {type(error).__name__}: {message}")
     return module

@@ -574,6 +574,16 @@ def main() -> None:
     timed = load_time_to_score(args.results_dir)
     if not records:
         sys.exit(f"error: --results-dir {args.results_dir!r} holds no run records (records/<exp_name>/<env_id>__<seed>.json)")
+    for (exp_name, env_id), runs in group_records(records).items():  # one row is one budget (trial 14: the first
+        budgets = sorted({r["total_timesteps"] for r in runs})  # seed's budget labelled the whole row)
+        if len(budgets) > 1:
+            seeds = "; ".join(
+                f"{b:,}: seeds {', '.join(str(r['seed']) for r in runs if r['total_timesteps'] == b)}" for b in budgets
+            )
+            sys.exit(
+                f"error: the records of {exp_name} on {env_id} hold different budgets ({seeds}); a table row is one "
+                f"budget: give the other budget its own exp_name (e.g. {exp_name}_{budgets[-1] // 1_000_000}m)"
+            )
     pages_left_alone = False
     if args.docs is not None:
         pages = args.docs

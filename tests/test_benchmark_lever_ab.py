@@ -27,6 +27,8 @@ from helpers import REPO
         # trial 13, Q2: the tool's own flags came last and won: A and B ran alike and a ratio was printed
         (["--flag", "total-timesteps", "--values", "5000", "8000"], ["--flag total-timesteps is set by this tool"]),
         (["--flag", "log-dir", "--values", "/tmp/a", "/tmp/b"], ["--flag log-dir is set by this tool"]),
+        (["--flag", "total_timesteps", "--values", "5000", "8000"], ["--flag total-timesteps is set by this tool"]),
+        (["--flag", "log_dir", "--values", "x", "y"], ["--flag log-dir is set by this tool"]),  # trial 14: either spelling
         (["--flag", "help", "--values", "a", "b"], ["--help is not a setting of c51_atari_envpool's runs"]),
     ],
 )

@@ -288,6 +288,36 @@ def test_a_library_the_machine_cannot_load_is_one_line_naming_the_machine(tmp_pa
         evaluate_module.main()
 
 
+def test_a_script_whose_libraries_the_machine_cannot_load_is_not_blamed(tmp_path, monkeypatch):
+    """Trial 14: under `ulimit -v 1000000` the JAX script's own imports failed to map jaxlib, and evaluate said "the
+    script ... does not import", blaming a good script. A script that truly does not import is still named."""
+    model = tmp_path / "m.cleanrl_model"
+    model.write_bytes(b"not read")
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", str(model), "--episodes", "1", "--torch-threads", "1"])
+    monkeypatch.setattr(evaluate_module, "load_checkpoint", lambda path: {"args": {}})
+    for name, raised, expected in (
+        ("mapped.py", "ImportError('libjax_common.so: failed to map segment from shared object')", "the machine refused"),
+        ("missing.py", "ImportError('No module named somewhere')", "does not import: ImportError"),
+    ):
+        script = tmp_path / name
+        script.write_text(f"raise {raised}\n")
+        monkeypatch.setattr(evaluate_module, "find_script", lambda *args, path=str(script): path)
+        one_line_exit(evaluate_module.main, expected)
+
+
+def test_a_jax_model_under_an_address_space_limit_jax_cannot_run_in_is_one_line(jax_run, monkeypatch):
+    """Trial 14: under `ulimit -v` of 1.2-2 GB a JAX model's evaluation ended in XLA's C++ abort or a segfault (exit
+    134, 139), no line. A limit below what JAX needs is now refused before JAX runs; a torch model is not held to it."""
+    import resource
+
+    model = glob.glob(os.path.join(jax_run, "*.cleanrl_model"))[0]
+    limit = 1_500_000 * 1024
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (limit, resource.RLIM_INFINITY))
+    one_line_exit(lambda: evaluate_module.load_checkpoint(model), "this process may map 1,464 MiB (ulimit -v)", "JAX needs")
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert evaluate_module.load_checkpoint(model)["script"] == "ppo_continuous_action_envpool_xla_jax"
+
+
 def test_jax_evaluation_draws_a_new_key_for_every_policy_call(jax_run):
     """The JAX players fold a call counter into the evaluation key, a stream without end (a pre-split array of 10^6
     keys ran out in a long evaluation: 32 Atari games of up to 27,000 steps each). The same observations played

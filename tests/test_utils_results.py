@@ -78,6 +78,17 @@ def test_the_campaign_skips_finished_runs(tmp_path):
     assert wrong_env.returncode != 0 and "--only-env Pong-v5 is not in slice on-policy-mujoco" in wrong_env.stderr  # P5
     bad = subprocess.run([*command[:3], "tier-9"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("error: --slice 'tier-9' is not a slice")
+    # trial 14: a huge --seeds built its plan for minutes before any line; a file as --results-dir passed, then failed
+    # after a run with a traceback
+    huge = subprocess.run([*command, "--seeds", "1000000000"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert (
+        huge.returncode == 1 and huge.stderr == "error: --seeds must be in 0..100 (0: the slice's own count), got 1000000000\n"
+    )
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for flag in ("--results-dir", "--runs-dir"):
+        refused = subprocess.run([*command[:4], flag, str(a_file)], capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert refused.returncode == 1 and refused.stderr == f"error: {flag} {str(a_file)!r} is a file, not a folder\n"
 
 
 def test_iqm_optimality_gap_and_the_stratified_bootstrap():
@@ -202,6 +213,24 @@ def test_a_longer_run_is_read_against_a_shorter_published_budget_up_to_that_budg
     assert (
         [line for line in text.splitlines() if line.startswith("| a2c_3m | 1 | 3 |")][0].split(" | ")[4].startswith(iqm_at_1m)
     )
+
+
+def test_one_row_of_two_budgets_is_refused_in_one_line(tmp_path):
+    """Trial 14: one cell's seeds at 1M and 3M made one row labelled with whichever seed sorted first."""
+    results = tmp_path / "results"
+    for seed, total in ((1, 1_000_000), (2, 3_000_000), (3, 1_000_000)):
+        record = fixture_record("a2c_x", "a2c_continuous_action_envpool", "Hopper-v4", seed, 1.0, 2.0)
+        record["total_timesteps"] = total
+        path = results / "records" / "a2c_x" / f"Hopper-v4__{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+    (results / "published.csv").write_text("algorithm,env_id,source,steps,value,metric\n")
+    result = subprocess.run(results_command(results, tmp_path / "out"), capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1 and result.stderr == (
+        "error: the records of a2c_x on Hopper-v4 hold different budgets (1,000,000: seeds 1, 3; 3,000,000: seeds 2); "
+        "a table row is one budget: give the other budget its own exp_name (e.g. a2c_x_3m)\n"
+    )
+    assert not (tmp_path / "out").exists() and not (results / "summary.csv").exists()
 
 
 def test_a_bad_output_dir_or_docs_page_is_one_line_and_nothing_is_written(tmp_path):
