@@ -22,6 +22,9 @@ import torch.optim as optim
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # cleanrl_utils, run from anywhere
+from cleanrl_utils.checks import check_baseline_args, check_envpool_id  # noqa: E402
+
 
 @dataclass
 class Args:
@@ -127,6 +130,21 @@ class ReplayBuffer:
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    check_baseline_args(
+        args,
+        positive=(
+            "total_timesteps",
+            "learning_rate",
+            "n_atoms",
+            "buffer_size",
+            "target_network_frequency",
+            "batch_size",
+            "train_frequency",
+            "exploration_fraction",
+        ),
+        non_negative=("start_e", "end_e"),
+    )
+    check_envpool_id(args.env_id, "envpool.atari")
     if not 0 <= args.learning_starts < args.total_timesteps:  # it would never train, print nothing and exit 0
         sys.exit(
             f"error: --total-timesteps {args.total_timesteps} leaves no learning-phase step (--learning-starts "

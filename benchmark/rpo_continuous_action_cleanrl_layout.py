@@ -22,6 +22,9 @@ import tyro
 from torch.distributions.normal import Normal
 from torch.utils.tensorboard import SummaryWriter
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # cleanrl_utils, run from anywhere
+from cleanrl_utils.checks import check_baseline_args, check_gymnasium_env  # noqa: E402
+
 
 @dataclass
 class Args:
@@ -122,6 +125,11 @@ class Agent(nn.Module):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    check_baseline_args(
+        args,
+        positive=("total_timesteps", "learning_rate", "clip_coef", "max_grad_norm"),
+        non_negative=("ent_coef", "vf_coef", "rpo_alpha"),
+    )
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):  # what would silently run nothing
         if getattr(args, name) <= 0:
             sys.exit(f"error: --{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
@@ -130,6 +138,7 @@ if __name__ == "__main__":
         sys.exit(f"error: --num-minibatches {args.num_minibatches} does not divide the batch size {batch_size}")
     if args.total_timesteps < batch_size:  # 0 iterations: it would print nothing and exit 0
         sys.exit(f"error: --total-timesteps {args.total_timesteps} is smaller than one rollout ({batch_size} steps)")
+    check_gymnasium_env(args.env_id, "HalfCheetah-v4, Hopper-v4")  # last: building a MuJoCo env prints its warnings
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size
     writer = SummaryWriter(os.path.join(args.log_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"))

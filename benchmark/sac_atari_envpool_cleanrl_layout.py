@@ -24,6 +24,9 @@ import tyro
 from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # cleanrl_utils, run from anywhere
+from cleanrl_utils.checks import check_baseline_args, check_envpool_id  # noqa: E402
+
 
 @dataclass
 class Args:
@@ -142,6 +145,21 @@ class ReplayBuffer:
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    check_baseline_args(
+        args,
+        positive=(
+            "total_timesteps",
+            "buffer_size",
+            "tau",
+            "batch_size",
+            "policy_lr",
+            "q_lr",
+            "update_frequency",
+            "target_network_frequency",
+        ),
+        non_negative=("target_entropy_scale",),
+    )
+    check_envpool_id(args.env_id, "envpool.atari")
     if not 0 <= args.learning_starts < args.total_timesteps:  # it would never train, print nothing and exit 0
         sys.exit(
             f"error: --total-timesteps {args.total_timesteps} leaves no learning-phase step (--learning-starts "

@@ -80,6 +80,22 @@ def check_run_args(args) -> None:
     check_torch_threads(getattr(args, "torch_threads", 0))
 
 
+def check_baseline_args(args, positive: tuple[str, ...], non_negative: tuple[str, ...] = ()) -> None:
+    """The speed baselines in benchmark/ (CleanRL's loops, `*_cleanrl_layout.py`) take bad input as the scripts do,
+    in one line before anything runs (trial 14: NaN, 0 and a reversed support gave tracebacks or ran): every float
+    finite, the named fields positive or >= 0, a support's ends in order, the log folder writable."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            sys.exit(f"error: {flag(name)} must be a finite number, got {value}")
+    check_positive(args, *positive)
+    check_non_negative(args, *non_negative)
+    if hasattr(args, "v_min") and not args.v_min < args.v_max:
+        sys.exit(f"error: --v-min {args.v_min} must be below --v-max {args.v_max} (the support's two ends)")
+    from cleanrl_utils.run import check_writable_dir
+
+    check_writable_dir(args.log_dir, "--log-dir", keep=False)  # made when the run starts: a refusal leaves none
+
+
 def check_torch_threads(value: int) -> None:
     """0 (auto) up to 4 threads per core this process may use. Far past that, OpenMP fails to start its threads:
     `--torch-threads 100000` ended in a segmentation fault with no line, or in a traceback from EnvPool."""

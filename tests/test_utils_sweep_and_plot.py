@@ -689,6 +689,31 @@ def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, scr
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    "script, flags, expected",
+    [  # trial 14: each was a traceback, or ran (a reversed support trained and exited 0)
+        ("c51_atari_envpool_cleanrl_layout.py", ["--buffer-size", "0"], "error: --buffer-size must be a positive integer"),
+        ("c51_atari_envpool_cleanrl_layout.py", ["--v-min", "10", "--v-max", "-10"], "error: --v-min 10.0 must be below"),
+        ("c51_atari_envpool_cleanrl_layout.py", ["--env-id", "NoSuch-v5"], "error: --env-id 'NoSuch-v5' is not an EnvPool"),
+        ("rainbow_atari_envpool_cleanrl_layout.py", ["--n-step", "0"], "error: --n-step must be a positive integer"),
+        ("rainbow_atari_envpool_cleanrl_layout.py", ["--learning-rate", "nan"], "error: --learning-rate must be a finite"),
+        ("sac_atari_envpool_cleanrl_layout.py", ["--batch-size", "0"], "error: --batch-size must be a positive integer"),
+        ("rpo_continuous_action_cleanrl_layout.py", ["--rpo-alpha", "-1"], "error: --rpo-alpha must be >= 0"),
+        ("rpo_continuous_action_cleanrl_layout.py", ["--env-id", "Pong-v5"], "error: --env-id 'Pong-v5' is an EnvPool Atari"),
+    ],
+)
+def test_a_layout_script_refuses_bad_input_in_one_line(tmp_path, script, flags, expected):
+    result = subprocess.run(
+        [sys.executable, os.path.join("benchmark", script), *flags, "--log-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and result.stderr.startswith(expected), result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_run_that_exits_0_without_an_sps_figure_is_named_in_one_line(tmp_path):
     """Trial, Q3: the failure said "the end of its log, cleanrl.log:" and then nothing."""
     python, record = fake_python(tmp_path)  # every run exits 0 and prints nothing
