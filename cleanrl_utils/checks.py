@@ -11,6 +11,7 @@ from typing import Callable
 
 # EnvPool takes int32 seeds (numpy's global seed is a uint32): one range for every script, the smaller.
 MAX_SEED = 2**31 - 1
+MAX_EPISODE_STEPS = 2**30  # under EnvPool's int32 step count, with room for the one step make_envpool adds
 FLOAT32_EPS = 2.0**-23
 SUPPORT_BOUND = 1e6  # a C51 support's ends: returns in reward units, far past any game's, and far from float32's limit
 
@@ -77,6 +78,9 @@ def check_run_args(args) -> None:
             )
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
+    # EnvPool counts an episode's steps in 32-bit integers (trial 14: 2^31 - 1 gave a 22-line TypeError from envpool.make)
+    if (limit := getattr(args, "max_episode_steps", None)) is not None and limit > MAX_EPISODE_STEPS:
+        sys.exit(f"error: --max-episode-steps must be at most {MAX_EPISODE_STEPS:,} (episode steps are counted in 32 bits), got {limit}")
     check_torch_threads(getattr(args, "torch_threads", 0))
 
 

@@ -56,6 +56,7 @@ def test_flag():
 
 def test_valid_run_args_pass():
     check_run_args(run_args())
+    check_run_args(run_args(max_episode_steps=2**30, v_min=-10.0, v_max=10.0, n_atoms=10_000))  # the widest allowed
     check_run_args(run_args(seed=0))
     check_run_args(run_args(seed=MAX_SEED, gamma=1.0, gae_lambda=0.0))
     check_run_args(SimpleNamespace(**{k: v for k, v in vars(run_args()).items() if k not in ("gae_lambda", "torch_threads")}))
@@ -90,6 +91,16 @@ def test_seed_bounds(seed):
         ),
         ({"torch_threads": -2}, THREADS_ERROR.format(-2)),
         ({"torch_threads": 100_000}, THREADS_ERROR.format(100_000)),  # trial 11 N4: was a segmentation fault, no line
+        (  # trial 14: EnvPool's 32-bit step count gave a 22-line TypeError, and an empty run folder
+            {"max_episode_steps": 2**31 - 1},
+            "error: --max-episode-steps must be at most 1,073,741,824 (episode steps are counted in 32 bits), got 2147483647",
+        ),
+        # trial 14: atoms closer than float32 keeps apart collapse (a traceback, or a run that learnt nothing)
+        (
+            {"v_min": 0.0, "v_max": 1e-45, "n_atoms": 51},
+            "error: --v-min 0.0, --v-max 1e-45 and --n-atoms 51 put the atoms "
+            "2e-47 apart, closer than float32 keeps apart at this scale (at least 0.000119): widen the support or use fewer atoms",
+        ),
     ],
 )
 def test_run_arg_errors(overrides, expected):
