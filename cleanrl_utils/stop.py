@@ -18,6 +18,7 @@ through os._exit or a flag, never through KeyboardInterrupt. They write with os.
 interrupted in the middle of another print() raises "reentrant call".
 """
 
+import atexit
 import itertools
 import os
 import re
@@ -151,6 +152,10 @@ class StopAfterIteration:
         self.signals_seen = itertools.count()
         for signum in SIGNALS:
             signal.signal(signum, self._handle)
+        # Once the script's code is done (trained, saved, said so), a signal has nothing left to stop. Left alone,
+        # one landing while Python shuts down met the default handler Python restores there: exit 130, no line, after
+        # a whole checkpoint and the "stopped at iteration" line (trial 14). Ignored signals stay ignored to the end.
+        atexit.register(lambda: [signal.signal(signum, signal.SIG_IGN) for signum in SIGNALS])
 
     def _handle(self, signum, frame):
         if next(self.signals_seen) > 0:

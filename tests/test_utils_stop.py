@@ -133,6 +133,35 @@ def test_a_copy_of_the_signal_landing_inside_its_own_handler_is_still_one_stop()
     assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"]
 
 
+def test_a_signal_after_the_run_is_done_does_not_kill_it_on_its_way_out():
+    """Trial 14: SIGTERM stopped a run, which saved, said "stopped at iteration N" and ended; a Ctrl-C 0.3-0.8 s later
+    landed while Python shut down and killed it with exit 130 and no line. Once the script's code is done, signals are
+    ignored: the signal here comes from an exit callback that runs after the run's own, 1.2 s after the first."""
+    process = start(
+        """
+        import atexit, os, signal, time
+        def late_signal():  # registered first, so it runs after StopAfterIteration's callback (last in, first out)
+            time.sleep(1.2)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+        atexit.register(late_signal)
+        from cleanrl_utils.stop import StopAfterIteration
+        stop = StopAfterIteration()
+        print("ready", flush=True)
+        while not stop.requested:
+            time.sleep(0.01)
+        print("saved", flush=True)
+        """
+    )
+    wait_for(process, "ready")
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0 and "saved" in stdout, stderr
+    assert stderr_lines(stderr) == [
+        "SIGTERM: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"
+    ]
+
+
 SLOW_ITERATION = """
     import time
     from cleanrl_utils.stop import StopAfterIteration
