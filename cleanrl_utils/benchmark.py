@@ -74,6 +74,10 @@ def command_argv(command: str) -> list[str]:
         sys.exit(f"error: --command {command!r} cannot be parsed ({error})")
     if not argv:
         sys.exit('error: --command is empty; give the program to run, e.g. --command ".venv/bin/python cleanrl/ppo.py"')
+    # each run appends its own --env-id and --seed, which win: one in the command would be dropped without a word
+    for flag, instead in (("--seed", "--seeds"), ("--env-id", "--env-ids")):
+        if any(arg == flag or arg.startswith(flag + "=") for arg in argv):
+            sys.exit(f"error: --command holds {flag}, which each run sets itself: give it as {instead} instead")
     return argv
 
 

@@ -226,6 +226,15 @@ def test_a_missing_program_is_a_failed_run_and_the_sweep_goes_on(tmp_path):
         ("", 'error: --command is empty; give the program to run, e.g. --command ".venv/bin/python cleanrl/ppo.py"'),
         ("   ", 'error: --command is empty; give the program to run, e.g. --command ".venv/bin/python cleanrl/ppo.py"'),
         ("python -c 'x", 'error: --command "python -c \'x" cannot be parsed (No closing quotation)'),
+        # trial 14: each run appends its own --seed and --env-id, so these were dropped without a word
+        (
+            "python cleanrl/ppo.py --seed 3",
+            "error: --command holds --seed, which each run sets itself: give it as --seeds instead",
+        ),
+        (
+            "python ppo.py --env-id=Acrobot-v1",
+            "error: --command holds --env-id, which each run sets itself: give it as --env-ids instead",
+        ),
     ],
 )
 def test_an_empty_or_unparsable_command_gives_one_line(command, expected):
