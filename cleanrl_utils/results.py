@@ -115,6 +115,8 @@ def run_record(run_dir: str, *, script: str, wall_seconds: float, cpu: str, test
 
 
 # The keys the tables and figures read: a record without one is refused by name, not met as a KeyError mid-page.
+MAX_BUDGET = 10**12  # env steps: a record past it was edited (trial 14: 10^30 showed as "1e+24M")
+MAX_RETURN = 1e12  # |returns|: past it a record was edited, and the std of 1e308s overflows
 RECORD_KEYS = ("script", "exp_name", "env_id", "seed", "total_timesteps", "final_return", "best_test_return")
 RECORD_KEYS += ("wall_seconds", "cpu", "train_curve", "test_curve")
 TIME_TO_SCORE_KEYS = ("script", "env_id", "seed", "target", "window", "reached", "minutes_to_target", "steps_to_target")
@@ -157,8 +159,15 @@ def bad_values(record: dict) -> str | None:
     for key in ("seed", "total_timesteps"):
         if key in record and not (isinstance(record[key], int) and not isinstance(record[key], bool)):
             return f"{key} = {record[key]!r}, not an integer"
-    if "total_timesteps" in record and record["total_timesteps"] <= 0:
-        return f"total_timesteps = {record['total_timesteps']!r}, not positive"
+    if "total_timesteps" in record and not 0 < record["total_timesteps"] <= MAX_BUDGET:
+        return f"total_timesteps = {record['total_timesteps']!r}, not in 1..{MAX_BUDGET:.0e}"
+    # trial 14: a negative CPU time showed as "-207.0" minutes; a return of 1e308 overflowed the std, pages written
+    for key in ("wall_seconds", "cpu_seconds"):
+        if record.get(key) is not None and not (finite(record[key]) and record[key] >= 0):
+            return f"{key} = {record[key]!r}, not a finite number >= 0"
+    for key in ("final_return", "best_test_return", "best_window_mean"):
+        if finite(record.get(key)) and abs(record[key]) > MAX_RETURN:
+            return f"{key} = {record[key]!r}, past +-{MAX_RETURN:.0e}"
     for key, fields, least in (("train_curve", ("step", "wall_seconds", "return"), 1), ("test_curve", ("step", "return"), 0)):
         if key not in record:
             continue
@@ -176,14 +185,30 @@ def bad_values(record: dict) -> str | None:
         steps = curve["step"]
         if any(later <= earlier for earlier, later in zip(steps, steps[1:])):  # the bands interpolate over steps
             return f"{key} whose steps do not increase"
+        if steps and not 0 <= steps[0] <= steps[-1] <= record.get("total_timesteps", steps[-1]):
+            return f"{key} with steps outside 0..total_timesteps ({steps[0]:,} to {steps[-1]:,})"
+        if any(abs(x) > MAX_RETURN for x in curve["return"]):
+            return f"{key} holding a return past +-{MAX_RETURN:.0e}"
         if any(later < earlier for earlier, later in zip(curve.get("wall_seconds", []), curve.get("wall_seconds", [])[1:])):
             return f"{key} whose wall_seconds go back"
     return None
 
 
 def load_records(results_dir: str) -> list[dict]:
-    paths = sorted(glob.glob(os.path.join(results_dir, "records", "*", "*.json")))
-    return [read_record(path, RECORD_KEYS) for path in paths]
+    """Every run record; one whose exp_name, env_id or seed is not where it sits (records/<exp_name>/<env_id>__<seed>
+    .json) is refused in one line (trial 14: an edited exp_name counted the run in another cell, with its figures)."""
+    records = []
+    for path in sorted(glob.glob(os.path.join(results_dir, "records", "*", "*.json"))):
+        record = read_record(path, RECORD_KEYS)
+        where = (os.path.basename(os.path.dirname(path)), os.path.basename(path))
+        says = (record["exp_name"], f"{record['env_id']}__{record['seed']}.json")
+        if where != says:
+            sys.exit(
+                f"error: the record {path!r} says it is {says[0]}/{says[1]}; a record sits at "
+                "records/<exp_name>/<env_id>__<seed>.json (restore it from git)"
+            )
+        records.append(record)
+    return records
 
 
 def write_summary_csv(results_dir: str) -> str:

@@ -296,10 +296,18 @@ def reversed_steps(text: str, curve: str) -> str:
         (lambda good: edited(good, train_curve={"step": [], "wall_seconds": [], "return": []}), "train_curve with no points"),
         (lambda good: edited(good, seed="1"), "seed = '1', not an integer"),
         (lambda good: edited(good, env_id=""), "env_id = '', not a non-empty string"),
-        (lambda good: edited(good, total_timesteps=0), "total_timesteps = 0, not positive"),
+        (lambda good: edited(good, total_timesteps=0), "total_timesteps = 0, not in 1..1e+12"),
         (lambda good: reversed_steps(good, "train_curve"), "train_curve whose steps do not increase"),
         (lambda good: reversed_steps(good, "test_curve"), "test_curve whose steps do not increase"),
         (lambda good: edited(good, test_curve={"return": [1.0]}), "test_curve without step"),
+        # trial 14: values that contradict where the record sits, or cannot be, exited 0 with wrong tables
+        (lambda good: edited(good, exp_name="ppo_continuous_action_envpool"), "says it is ppo_continuous_action_envpool/"),
+        (lambda good: edited(good, env_id="Walker2d-v4"), "says it is a2c_continuous_action_envpool/Walker2d-v4__2.json"),
+        (lambda good: edited(good, seed=7), "Hopper-v4__7.json; a record sits at records/<exp_name>/<env_id>__<seed>.json"),
+        (lambda good: edited(good, cpu_seconds=-50000.0), "cpu_seconds = -50000.0, not a finite number >= 0"),
+        (lambda good: edited(good, total_timesteps=10**30), "total_timesteps = 1000000000000000000000000000000, not in"),
+        (lambda good: edited(good, final_return=1e308), "final_return = 1e+308, past +-1e+12"),
+        (lambda good: edited(good, test_curve={"step": [50_000_000, 100_000_000], "return": [1.0, 2.0]}), "steps outside"),
     ],
 )
 def test_a_damaged_record_is_one_line_naming_it_and_nothing_is_written(tmp_path, content, fragment):
