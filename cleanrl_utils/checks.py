@@ -65,7 +65,7 @@ def check_run_args(args) -> None:
             f"error: --v-min {args.v_min} and --v-max {args.v_max} must hold -{SUPPORT_BOUND:,.0f} <= v-min < v-max <= "
             f"{SUPPORT_BOUND:,.0f} (the support's two ends, in return units)"
         )
-    if hasattr(args, "v_min") and hasattr(args, "n_atoms") and args.n_atoms >= 2:
+    if hasattr(args, "v_min") and 2 <= getattr(args, "n_atoms", 0) <= 10_000:  # else the script names --n-atoms
         # atoms closer than float32 resolves at the support's scale collapse into one (trial 14: [0, 1e-45] learnt
         # nothing and exited 0; [5, 5.0000001] indexed atom -2^63 in the projection)
         spacing = (args.v_max - args.v_min) / (args.n_atoms - 1)
@@ -80,7 +80,9 @@ def check_run_args(args) -> None:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     # EnvPool counts an episode's steps in 32-bit integers (trial 14: 2^31 - 1 gave a 22-line TypeError from envpool.make)
     if (limit := getattr(args, "max_episode_steps", None)) is not None and limit > MAX_EPISODE_STEPS:
-        sys.exit(f"error: --max-episode-steps must be at most {MAX_EPISODE_STEPS:,} (episode steps are counted in 32 bits), got {limit}")
+        sys.exit(
+            f"error: --max-episode-steps must be at most {MAX_EPISODE_STEPS:,} (episode steps are counted in 32 bits), got {limit}"
+        )
     check_torch_threads(getattr(args, "torch_threads", 0))
 
 
