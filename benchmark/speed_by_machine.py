@@ -17,7 +17,8 @@ c51_atari.py loop (benchmark/c51_atari_envpool_cleanrl_layout.py), of Rainbow Cl
 (benchmark/sac_atari_envpool_cleanrl_layout.py), of RPO CleanRL's rpo_continuous_action.py loop on Gymnasium
 (benchmark/rpo_continuous_action_cleanrl_layout.py), of SAC its CleanRL-layout baseline. TD3, DDPG and DQN on
 Atari have no CleanRL-layout baseline here: their reference is the same script with every lever at its old
-fixed value (fp32, one torch thread per core), which is what CleanRL's scripts run. Pause other work on the machine while it runs.
+fixed value (fp32, one torch thread per core), which is what CleanRL's scripts run. Pause other work on the
+machine while it runs.
 """
 
 import argparse
@@ -73,8 +74,8 @@ ROWS = [
         ["benchmark/pqn_atari_envpool_cleanrl_layout.py", "--env-id", "Pong-v5"], 15360, 2048, 5120),
     Row("dqn_atari_envpool", ["cleanrl/dqn_atari_envpool.py", *DQN_ATARI], "the script, fp32, threads = cores",
         ["cleanrl/dqn_atari_envpool.py", *DQN_ATARI, "--channels-last", "off", *OLD_LEVERS], 5000, 2000, 3000),
-    # C51, Rainbow and discrete SAC: a 100k replay in both: CleanRL's keeps whole stacks, 26 GB at 1M, which numpy refuses here; SPS does not depend
-    # on the capacity (a sample touches only the filled rows)
+    # C51, Rainbow and discrete SAC: a 100k replay in both. CleanRL's keeps whole stacks, 26 GB at 1M, which numpy
+    # refuses here; SPS does not depend on the capacity (a sample touches only the filled rows)
     Row("c51_atari_envpool", ["cleanrl/c51_atari_envpool.py", *DQN_ATARI, "--buffer-size", "100000"], "CleanRL layout",
         ["benchmark/c51_atari_envpool_cleanrl_layout.py", *DQN_ATARI[:4], "--buffer-size", "100000"], 5000, 2000, 3000),
     Row("rainbow_atari_envpool", ["cleanrl/rainbow_atari_envpool.py", *DQN_ATARI, "--buffer-size", "100000"],

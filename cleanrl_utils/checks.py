@@ -78,10 +78,11 @@ def check_run_args(args) -> None:
             )
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
-    # EnvPool counts an episode's steps in 32-bit integers (trial 14: 2^31 - 1 gave a 22-line TypeError from envpool.make)
+    # EnvPool counts an episode's steps in 32-bit integers (trial 14: 2^31 - 1 gave a TypeError from envpool.make)
     if (limit := getattr(args, "max_episode_steps", None)) is not None and limit > MAX_EPISODE_STEPS:
         sys.exit(
-            f"error: --max-episode-steps must be at most {MAX_EPISODE_STEPS:,} (episode steps are counted in 32 bits), got {limit}"
+            f"error: --max-episode-steps must be at most {MAX_EPISODE_STEPS:,} (episode steps are counted in 32 bits), "
+            f"got {limit}"
         )
     check_torch_threads(getattr(args, "torch_threads", 0))
 

@@ -17,9 +17,9 @@ or left out is printed and written under the table in summary.md.
 
 Runs are grouped by script (exp_name) x env. For each env one PNG shows each script's mean episodic
 return over seeds with a 95% confidence band (Student t over seeds), against env steps and against
-wall time, up to where the shortest seed ends. `summary.md` lists per script x env: seeds, steps (the most any seed ran),
-final return (mean of each run's last 10% of episodes, then mean +- std over seeds), best return
-(max of the mean curve) and SPS.
+wall time, up to where the shortest seed ends. `summary.md` lists per script x env: seeds, steps
+(the most any seed ran), final return (mean of each run's last 10% of episodes, then mean +- std
+over seeds), best return (max of the mean curve) and SPS.
 """
 
 from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals

@@ -93,12 +93,13 @@ def check_resumes_the_latest(run_dir: str, checkpoint_path: str, saved_step: int
             )
         newer = [name for step, name in all_kept if saved_step is not None and step > saved_step]
         if newer:
-            branch = f"{run_dir}-from-{saved_step}"
             later = ", ".join(newer) if len(newer) <= 3 else f"{len(newer)} later checkpoints, up to {newer[-1]}"
-            sys.exit(
-                f"error: --resume {checkpoint_path!r} holds step {saved_step:,}, older than the kept checkpoints of this "
-                f"run ({later}); resuming it in place would overwrite that lineage. To branch from it: mkdir {branch} "
-                f"&& cp {checkpoint_path} {branch}/checkpoint{ext}, then --resume {branch}/checkpoint{ext}"
+            refuse_to_overwrite(
+                checkpoint_path,
+                run_dir,
+                saved_step,
+                ext,
+                f"holds step {saved_step:,}, older than the kept checkpoints of this run ({later})",
             )
         return
     step, ext = kept
@@ -112,14 +113,19 @@ def check_resumes_the_latest(run_dir: str, checkpoint_path: str, saved_step: int
         if not (newer and same_checkpoint(latest, os.path.join(run_dir, newer[-1]))):
             newer.append(f"checkpoint{ext}")
     if newer:
-        branch = f"{run_dir}-from-{step}"
         if len(newer) > 3:  # a long run keeps thousands: the line names how many and the latest
             newer = [f"{len(newer)} later checkpoints, up to {newer[-2] if newer[-1] == f'checkpoint{ext}' else newer[-1]}"]
-        sys.exit(
-            f"error: --resume {checkpoint_path!r} is an older checkpoint of a run that went on ({', '.join(newer)}); "
-            f"resuming it in place would overwrite that lineage. To branch from it: mkdir {branch} && "
-            f"cp {checkpoint_path} {branch}/checkpoint{ext}, then --resume {branch}/checkpoint{ext}"
+        refuse_to_overwrite(
+            checkpoint_path, run_dir, step, ext, f"is an older checkpoint of a run that went on ({', '.join(newer)})"
         )
+
+
+def refuse_to_overwrite(checkpoint_path: str, run_dir: str, step: int, ext: str, why: str) -> None:
+    branch = f"{run_dir}-from-{step}"
+    sys.exit(
+        f"error: --resume {checkpoint_path!r} {why}; resuming it in place would overwrite that lineage. To branch from "
+        f"it: mkdir {branch} && cp {checkpoint_path} {branch}/checkpoint{ext}, then --resume {branch}/checkpoint{ext}"
+    )
 
 
 def same_checkpoint(a: str, b: str) -> bool:
