@@ -24,6 +24,7 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
         print(f"run folder: {run_dir}", flush=True)
         return os.path.basename(run_dir), run_dir
     check_exp_name(args.exp_name)
+    check_not_empty(args.log_dir, "--log-dir")
     base = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     log_dir = os.path.abspath(args.log_dir)
     try:
@@ -136,10 +137,18 @@ def same_checkpoint(a: str, b: str) -> bool:
     return os.path.samefile(a, b) or (os.path.getsize(a) == os.path.getsize(b) and filecmp.cmp(a, b, shallow=False))
 
 
+def check_not_empty(path: str, flag: str) -> None:
+    """An empty folder name is refused, not read as the current folder (trials 13 and 14: `--log-dir ''` put the run
+    folder wherever the command was started)."""
+    if not path.strip():
+        sys.exit(f"error: {flag} {path!r} is empty: name a folder (use . for the current one)")
+
+
 def check_writable_dir(path: str, flag: str, keep: bool = True) -> None:
     """Exit with one line unless `path` is (or can be made) a folder this process can write into. keep=False: the
     folders made for the check are removed again (a tool that may still refuse its input creates its output folder
     only when it writes: a refused command leaves nothing behind)."""
+    check_not_empty(path, flag)
     missing, parent = [], os.path.abspath(path)
     while not os.path.exists(parent):
         missing.append(parent)

@@ -94,6 +94,21 @@ def test_a_log_dir_that_cannot_hold_folders_gives_one_line(tmp_path, where):
     one_line_exit(lambda: run_folder(run_args(log_dir)), f"error: --log-dir {log_dir!r} cannot hold a run folder (")
 
 
+def test_an_empty_log_dir_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch):
+    """Trials 13 and 14: `--log-dir ''` put the run folder wherever the command was started. Now one line, and
+    nothing written there: by run_folder, by check_writable_dir (the tools' folders), and by a real script."""
+    from helpers import assert_one_error_line
+
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", "  "):
+        one_line_exit(lambda: run_folder(run_args(empty)), f"error: --log-dir {empty!r} is empty: name a folder")
+        one_line_exit(lambda: check_writable_dir(empty, "--output-dir"), f"error: --output-dir {empty!r} is empty")
+    command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--log-dir", "", "--total-timesteps", "512"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert_one_error_line(result, ["--log-dir '' is empty: name a folder (use . for the current one)"])
+    assert os.listdir(tmp_path) == []
+
+
 def test_check_writable_dir(tmp_path):
     check_writable_dir(str(tmp_path / "new" / "videos"), "--video-dir")  # made, and left clean
     assert os.listdir(tmp_path / "new" / "videos") == []
