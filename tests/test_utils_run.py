@@ -104,7 +104,9 @@ def test_an_empty_log_dir_is_refused_not_read_as_the_current_folder(tmp_path, mo
         one_line_exit(lambda: run_folder(run_args(empty)), f"error: --log-dir {empty!r} is empty: name a folder")
         one_line_exit(lambda: check_writable_dir(empty, "--output-dir"), f"error: --output-dir {empty!r} is empty")
     command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--log-dir", "", "--total-timesteps", "512"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert_one_error_line(result, ["--log-dir '' is empty: name a folder (use . for the current one)"])
     assert os.listdir(tmp_path) == []
 
