@@ -220,12 +220,13 @@ def torch_threads(requested: int) -> int:
 class ProgressLine:
     """The progress line and the SPS clock of a run. On a terminal, one line rewritten in place at most once a second; elsewhere (CI, log files,
     pipes) a plain line every 10 s. The last line (`final=True`) is always printed and ends with a
-    newline. `episode_word` names what `returns` counts ("games" for Atari, else "episodes")."""
+    newline. `episode_word` names what `returns` counts ("games" for Atari, else "episodes"). A resumed run's
+    `returns` hold the episodes since the resume (the checkpoint keeps none), and its line says so."""
 
     def __init__(self, start_step: int, total_steps: int, episode_word: str = "episodes", stream=None):
         self.start_step, self.start_time = start_step, time.time()
         self.total_steps = total_steps
-        self.episode_word = episode_word
+        self.episode_word = episode_word if start_step == 0 else f"{episode_word} since resume"
         self.stream = stream or sys.stdout
         self.live = self.stream.isatty()
         self.last_print = 0.0

@@ -230,10 +230,14 @@ def test_progress_line_off_a_terminal_prints_plain_lines():
     assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
 
 
-def test_progress_sps_counts_from_the_resumed_step():
+def test_progress_sps_and_episodes_count_from_the_resumed_step():
+    """A resumed run's returns start empty (the checkpoint keeps none): its line says the count is since the resume
+    (trial 14: "episodes 0" at step 825 of a run that had logged 34)."""
     progress = ProgressLine(start_step=5000, total_steps=10000, stream=io.StringIO())
     progress.start_time = time.time() - 10
     assert progress.sps(6000) == pytest.approx(100, abs=2)
+    progress.show(6000, 100, [2.0], final=True)
+    assert "return(last 1) 2.00  episodes since resume 1  ETA" in progress.stream.getvalue()
 
 
 # ---- divergence exit and checkpoint schedule ----
