@@ -8,7 +8,7 @@
 # Not a reference implementation (it stores next-step autoreset's stale transitions and folds n-step returns across
 # them): see cleanrl/rainbow_atari_envpool.py. It prints the same progress line (`SPS n`).
 # Run:
-#   python benchmark/rainbow_atari_envpool_cleanrl_layout.py --env-id Pong-v5 --total-timesteps 5000 --learning-starts 1000
+#   python benchmark/rainbow_atari_envpool_cleanrl_layout.py --env-id Pong-v5 --total-timesteps 5000 --learning-starts 1000 --buffer-size 100000
 import math
 import os
 import random
@@ -27,7 +27,7 @@ import tyro
 from torch.utils.tensorboard import SummaryWriter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # cleanrl_utils, run from anywhere
-from cleanrl_utils.checks import check_baseline_args, check_envpool_id  # noqa: E402
+from cleanrl_utils.checks import check_baseline_args, check_envpool_id, check_memory  # noqa: E402
 
 
 @dataclass
@@ -244,6 +244,13 @@ if __name__ == "__main__":
             f"error: --total-timesteps {args.total_timesteps} leaves no learning-phase step (--learning-starts "
             f"{args.learning_starts} must be in [0, --total-timesteps))"
         )
+    # one line, before anything is written, where the stacks (EnvPool's 4 x 84 x 84 bytes each) do not fit: CleanRL's
+    # 1M default takes 52.6 GiB, a traceback from numpy here
+    check_memory(
+        2 * args.buffer_size * 4 * 84 * 84,
+        "CleanRL's replay of whole frame stacks (observations and next observations)",
+        "--buffer-size",
+    )
     writer = SummaryWriter(os.path.join(args.log_dir, f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"))
 
     random.seed(args.seed)
@@ -333,5 +340,9 @@ if __name__ == "__main__":
                 for target_param, param in zip(target_network.parameters(), q_network.parameters()):
                     target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
 
+    # the last line, at the run's end (the loop prints every 100 steps of the training phase only)
+    sps = int(args.total_timesteps / (time.time() - start_time))
+    mean_return = f"{np.mean(recent_returns[-20:]):.2f}" if recent_returns else "n/a"
+    print(f"step {args.total_timesteps:,}/{args.total_timesteps:,}  SPS {sps:,}  return(last 20) {mean_return}", flush=True)
     envs.close()
     writer.close()

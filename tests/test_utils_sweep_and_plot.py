@@ -709,6 +709,10 @@ def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, scr
         ("sac_atari_envpool_cleanrl_layout.py", ["--batch-size", "0"], "error: --batch-size must be a positive integer"),
         ("rpo_continuous_action_cleanrl_layout.py", ["--rpo-alpha", "-1"], "error: --rpo-alpha must be >= 0"),
         ("rpo_continuous_action_cleanrl_layout.py", ["--env-id", "Pong-v5"], "error: --env-id 'Pong-v5' is an EnvPool Atari"),
+        # trial 15 set-up: CleanRL's 1M default was numpy's _ArrayMemoryError traceback, a run folder left behind
+        ("c51_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole frame"),
+        ("rainbow_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole"),
+        ("sac_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole frame"),
     ],
 )
 def test_a_layout_script_refuses_bad_input_in_one_line(tmp_path, script, flags, expected):
@@ -721,6 +725,23 @@ def test_a_layout_script_refuses_bad_input_in_one_line(tmp_path, script, flags, 
     )
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and result.stderr.startswith(expected), result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("script", [name for name in LAYOUT_SCRIPTS if name.startswith(("c51", "rainbow", "sac_atari"))])
+def test_a_replay_layout_script_prints_its_last_line_at_the_end(tmp_path, script):
+    """Trial 14: the replay baselines print every 100 steps of the learning phase, so a 1,050-step run's last line
+    was at step 1,000."""
+    flags = ["--env-id", "Pong-v5", "--total-timesteps", "1050", "--learning-starts", "1000", "--buffer-size", "2000"]
+    result = subprocess.run(
+        [sys.executable, os.path.join("benchmark", script), *flags, "--log-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1].startswith("step 1,050/1,050  SPS "), result.stdout[-500:]
 
 
 def test_a_run_that_exits_0_without_an_sps_figure_is_named_in_one_line(tmp_path):
