@@ -289,7 +289,11 @@ def restore_msgpack(path: str, checkpoint: dict, template: dict, num_iterations:
 
 def say_resumed(path: str, checkpoint: dict, num_iterations: int) -> tuple[int, int]:
     """Print where a resumed run continues (or that it has nothing left to do). Returns (first
-    iteration to run, global step)."""
+    iteration to run, global step). A --total-timesteps below what the run has done exits 0 here, before
+    anything is restored or written: the run folder stays as it was (it used to reload the replay, add an
+    empty events file and rewrite the model with the shorter --total-timesteps in its args). A run resumed at
+    exactly its end goes on: no iteration runs, and it still does its end-of-run work (--save-model, the
+    final video), which is how a finished run's model is exported after the fact."""
     run_name, iteration, global_step = (
         os.path.basename(os.path.dirname(os.path.abspath(path))),
         checkpoint["iteration"],
@@ -301,9 +305,10 @@ def say_resumed(path: str, checkpoint: dict, num_iterations: int) -> tuple[int, 
     elif iteration > num_iterations:
         print(
             f"{run_name} already ran {iteration} iterations, more than the {num_iterations} this --total-timesteps "
-            "asks for: nothing to do (a larger --total-timesteps extends it)",
+            "asks for: nothing to do, nothing changed (a larger --total-timesteps extends it)",
             flush=True,
         )
+        sys.exit(0)
     return iteration + 1, global_step
 
 

@@ -181,6 +181,11 @@ def only_run_dir(log_dir) -> str:
     return runs[0]
 
 
+def folder_state(folder: str) -> dict[str, tuple[int, int]]:
+    """Each file of `folder` -> (size, mtime in ns): equal before and after a command that must change nothing."""
+    return {entry.name: (entry.stat().st_size, entry.stat().st_mtime_ns) for entry in os.scandir(folder)}
+
+
 def read_scalars(run_dir: str) -> dict[str, list[tuple[int, float]]]:
     """All scalars of a run's event files: tag -> [(step, value), ...] in write order."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -15,7 +15,16 @@ import pytest
 import torch
 import torch.nn as nn
 from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
-from helpers import REPO, assert_one_error_line, decoded_video, one_line_exit, only_run_dir, read_scalars, run_script
+from helpers import (
+    REPO,
+    assert_one_error_line,
+    decoded_video,
+    folder_state,
+    one_line_exit,
+    only_run_dir,
+    read_scalars,
+    run_script,
+)
 
 from cleanrl.dqn import QNetwork, ReplayBuffer, linear_schedule, make_env, real_next_obs, td_loss, updates_due
 
@@ -411,9 +420,11 @@ def test_extending_a_run_keeps_its_epsilon_schedule_and_a_resume_may_end_before_
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     path = os.path.join(run_dir, "checkpoint.pt")
+    before = folder_state(run_dir)
     result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1500")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "already ran 2000 iterations, more than the 1500 this --total-timesteps asks for" in result.stdout
+    assert folder_state(run_dir) == before  # nothing restored or written: no new events file, the model as it was
     result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "4000")
     assert result.returncode == 0, result.stderr[-3000:]
     epsilon = read_scalars(run_dir)["charts/epsilon"]

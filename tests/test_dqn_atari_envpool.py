@@ -13,6 +13,7 @@ from helpers import (
     assert_evaluates_whole_games_of_its_weights,
     assert_one_error_line,
     decoded_video,
+    folder_state,
     only_run_dir,
     read_scalars,
     run_on_marked_frames,
@@ -399,9 +400,11 @@ def test_extending_a_run_keeps_its_epsilon_schedule_and_a_resume_may_end_before_
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     path = os.path.join(run_dir, "checkpoint.pt")
+    before = folder_state(run_dir)
     result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "1500", timeout=300)
     assert result.returncode == 0, result.stderr
     assert "already ran 2000 iterations, more than the 1500 this --total-timesteps asks for" in result.stdout
+    assert folder_state(run_dir) == before  # nothing restored or written: no new events file, the model as it was
     result = run_script(SCRIPT, "--resume", path, "--total-timesteps", "4000", timeout=300)
     assert result.returncode == 0, result.stderr
     epsilon = read_scalars(run_dir)["charts/epsilon"]

@@ -463,9 +463,15 @@ def test_restore_errors_are_one_line_and_say_what_does_not_fit(tmp_path, capsys)
         str(run_dir / "checkpoint.pt"), state, fresh, fresh_optimizer, SimpleNamespace(learning_rate=7e-5, num_iterations=3)
     )
     assert "already ran its 3 iterations; a larger --total-timesteps extends it" in capsys.readouterr().out
-    restore_torch(
-        str(run_dir / "checkpoint.pt"), state, fresh, fresh_optimizer, SimpleNamespace(learning_rate=7e-5, num_iterations=2)
-    )  # a shorter --total-timesteps than the run has done: said as such, not "already ran its 2 iterations"
+    with pytest.raises(SystemExit) as stopped:  # a shorter --total-timesteps than the run has done: exit 0, said as such
+        restore_torch(
+            str(run_dir / "checkpoint.pt"),
+            state,
+            fresh,
+            fresh_optimizer,
+            SimpleNamespace(learning_rate=7e-5, num_iterations=2),
+        )
+    assert stopped.value.code == 0
     assert "already ran 3 iterations, more than the 2 this --total-timesteps asks for" in capsys.readouterr().out
     # a --learning-rate given on resume replaces the rate the optimiser state carried
     assert [group["lr"] for group in fresh_optimizer.param_groups] == [7e-5]
