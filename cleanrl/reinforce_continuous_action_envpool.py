@@ -13,6 +13,7 @@ import os
 import random
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 import envpool
 import numpy as np
@@ -98,6 +99,8 @@ class Args:
     """time limit per episode in agent steps (default: the env's own, 1000 for the locomotion tasks); reaching it truncates"""
     obs_clip: float = 10.0
     """normalised observations are clipped to [-obs_clip, obs_clip] (Tianshou: VectorEnvNormObs, clip 10)"""
+    action_bound: Literal["clip", "tanh"] = "clip"
+    """how an unbounded Gaussian sample meets the env's bounds: clip, or tanh, squashed and scaled onto them (Tianshou's default, --action-bound-method tanh); the log-prob is the unbounded sample's either way"""
 
     # Speed lever: `--torch-threads`
     torch_threads: int = 1
@@ -157,6 +160,15 @@ class RunningMeanStd:
         self.mean, self.var, self.count = mean, var, float(state["count"])
 
 
+def env_action(action: np.ndarray, low: np.ndarray, high: np.ndarray, bound: str) -> np.ndarray:
+    """The action the env gets for an unbounded sample: clipped to [low, high], or squashed by tanh and scaled onto
+    them (Tianshou's action_bound_method "tanh" with action_scaling). Clipping sends every sample past a bound to that
+    bound, so the gradient may push the mean further out with no effect on the env; tanh keeps each sample's effect."""
+    if bound == "tanh":
+        return low + (np.tanh(action) + 1.0) * 0.5 * (high - low)
+    return np.clip(action, low, high)
+
+
 def normalize_obs(obs: np.ndarray, obs_rms: RunningMeanStd, clip: float) -> np.ndarray:
     """(obs - mean) / std, clipped to [-clip, clip], as float32 for the network."""
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -clip, clip).astype(np.float32)
@@ -176,8 +188,8 @@ def mlp(in_dim: int, out_dim: int, out_std: float) -> nn.Sequential:
 
 class Agent(nn.Module):
     """A 64-64 tanh MLP for the Gaussian mean and a state-independent log-std; no critic (Tianshou's ActorProb,
-    unbounded). Inputs are normalised observations; sampled actions are unbounded (clipped only in the env, where
-    Tianshou squashes with tanh: clipping keeps `cleanrl_utils.evaluate`'s Gaussian evaluator exact)."""
+    unbounded). Inputs are normalised observations; sampled actions are unbounded, bounded only on their way to the
+    env (`env_action`: clipped by default; Tianshou squashes with tanh, --action-bound tanh)."""
 
     def __init__(self, obs_dim: int, action_dim: int, init_logstd: float = -0.5):
         super().__init__()
@@ -197,7 +209,7 @@ def evaluation_player(
 ) -> Player:
     """How `cleanrl_utils.evaluate` plays a model this script saved (and films it during training): observations
     normalised with the saved statistics, frozen; actions sampled from the Gaussian (seeded), or its mean with
-    `greedy`, clipped to the bounds. EnvPool's MuJoCo cannot render headless, so videos are extra episodes in
+    `greedy`, bounded as in training (--action-bound). EnvPool's MuJoCo cannot render headless, so videos are extra episodes in
     Gymnasium's env of the same id. `epsilon` is DQN's, unused here."""
     train_args = saved["args"]
     envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"])
@@ -214,7 +226,8 @@ def evaluation_player(
         action = agent.actor_mean(torch.as_tensor(normalize_obs(obs, obs_rms, train_args["obs_clip"]), device=device))
         if not greedy:
             action = action + agent.actor_logstd.exp() * torch.randn(action.shape, generator=generator, device=device)
-        return np.clip(action.cpu().numpy(), action_space.low, action_space.high)
+        bound = train_args.get("action_bound", "clip")  # models saved before the flag existed clipped
+        return env_action(action.cpu().numpy(), action_space.low, action_space.high, bound)
 
     return Player(envs=envs, act=act, film_env_id=train_args["env_id"])
 
@@ -363,8 +376,9 @@ if __name__ == "__main__":
 
             # TRY NOT TO MODIFY: execute the game and log data. On a stale step (the one after a boundary)
             # EnvPool ignores the action and returns the reset observation with reward 0; compute_returns masks that row.
-            # The env gets the action clipped to its bounds; the buffer keeps the sample whose log-prob was stored.
-            next_obs_np, reward, term, trunc, info = envs.step(np.clip(action.cpu().numpy(), action_low, action_high))
+            # The env gets the action bounded (--action-bound); the buffer keeps the sample whose log-prob was stored.
+            env_actions = env_action(action.cpu().numpy(), action_low, action_high, args.action_bound)
+            next_obs_np, reward, term, trunc, info = envs.step(env_actions)
             episode_over = term | trunc
             rewards[step] = torch.from_numpy(reward).to(device)  # raw: the returns are normalised instead
             terminations[step] = torch.from_numpy(term).to(device)

@@ -18,6 +18,9 @@ from cleanrl.reinforce_continuous_action_envpool import (
     Args,
     RunningMeanStd,
     compute_returns,
+    env_action,
+    evaluation_player,
+    normalize_obs,
     normalize_returns,
     reinforce_loss,
     validate_args,
@@ -175,6 +178,56 @@ def test_resume_continues_step_counter_and_normalisers(two_short_runs, tmp_path)
     assert steps == [256, 512, 768, 1024], steps
     lrs = [value for _, value in read_scalars(run_dir)["charts/learning_rate"]]
     np.testing.assert_allclose(lrs[2:], [1e-3 * (1 - 2 / 4), 1e-3 * (1 - 3 / 4)], rtol=1e-6)
+
+
+def test_env_action_clips_or_squashes_each_element_onto_the_bounds():
+    """Against a per-element brute force: tanh maps a sample a to low + (tanh(a) + 1) / 2 * (high - low), strictly
+    inside the bounds and monotone; clip saturates."""
+    import math
+
+    rng = np.random.default_rng(0)
+    action = rng.normal(0, 3, size=(5, 4))
+    low, high = np.array([-1.0, -0.4, 0.0, -2.0]), np.array([1.0, 0.4, 3.0, 1.0])
+    squashed, clipped = env_action(action, low, high, "tanh"), env_action(action, low, high, "clip")
+    for i, j in np.ndindex(action.shape):
+        a, lo, hi = action[i, j], low[j], high[j]
+        assert squashed[i, j] == pytest.approx(lo + (math.tanh(a) + 1) / 2 * (hi - lo), rel=1e-12)
+        assert clipped[i, j] == min(max(a, lo), hi)
+    assert np.all((squashed > low) & (squashed < high)) and (clipped == low).any() and (clipped == high).any()
+
+
+@pytest.mark.parametrize("bound", ["clip", "tanh"])
+def test_evaluation_plays_the_bound_the_model_trained_with(bound):
+    """The saved --action-bound reaches the evaluator: its greedy action is the mean bounded the same way (a mean
+    pushed far past the bounds, where clip and tanh differ)."""
+    args = Args(env_id="Hopper-v4", action_bound=bound)
+    agent = Agent(11, 3)
+    with torch.no_grad():
+        agent.actor_mean[-1].bias.copy_(torch.tensor([3.0, -3.0, 0.5]))
+    obs_rms = RunningMeanStd((11,))
+    saved = {"args": vars(args), "model_state_dict": agent.state_dict(), "obs_rms": obs_rms.state_dict()}
+    player = evaluation_player(saved, num_envs=1, seed=0, device=torch.device("cpu"), greedy=True, epsilon=0.0, render=False)
+    obs, _ = player.envs.reset()
+    with torch.no_grad():
+        mean = agent.actor_mean(torch.as_tensor(normalize_obs(obs, obs_rms, args.obs_clip))).numpy()
+    low, high = player.envs.single_action_space.low, player.envs.single_action_space.high
+    expected = np.clip(mean, low, high) if bound == "clip" else low + (np.tanh(mean) + 1) / 2 * (high - low)
+    np.testing.assert_allclose(player.act(obs), expected, rtol=1e-5, atol=1e-6)
+    player.envs.close()
+
+
+def test_a_tanh_run_trains_and_keeps_its_bound_on_resume(two_short_runs, tmp_path):
+    """The same seeded run as `two_short_runs` with --action-bound tanh: its env got other actions (other returns
+    from the first episode on, where the policy is the same), it saves the bound, and a resume cannot change it."""
+    flags = [*SHORT_RUN, "--total-timesteps", "512", "--seed", "5", "--action-bound", "tanh", "--log-dir", str(tmp_path)]
+    result = run_script(SCRIPT, *flags)
+    assert result.returncode == 0, result.stderr[-3000:]
+    squashed, clipped = (read_scalars(d)["charts/episodic_return"] for d in (only_run_dir(tmp_path), two_short_runs[0]))
+    assert len(squashed) == len(clipped) and squashed[0][0] == clipped[0][0] and squashed[0][1] != clipped[0][1]
+    checkpoint_path = os.path.join(only_run_dir(tmp_path), "checkpoint.pt")
+    assert torch.load(checkpoint_path, weights_only=True)["args"]["action_bound"] == "tanh"
+    result = run_script(SCRIPT, "--resume", checkpoint_path, "--total-timesteps", "1024", "--action-bound", "clip")
+    assert result.returncode != 0 and "--action-bound clip (saved: tanh) cannot change on --resume" in result.stderr
 
 
 # 150 iterations. Calibration, last-20 training-episode means at this budget: seed 1 960.0, seed 2 908.7, seed 3 980.7
