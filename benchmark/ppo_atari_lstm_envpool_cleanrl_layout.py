@@ -25,6 +25,9 @@ import tyro
 from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # cleanrl_utils, run from anywhere
+from cleanrl_utils.checks import check_baseline_args, check_envpool_id  # noqa: E402
+
 
 @dataclass
 class Args:
@@ -122,9 +125,22 @@ class Agent(nn.Module):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):  # what would silently run nothing
-        if getattr(args, name) <= 0:
-            sys.exit(f"error: --{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    # one line before anything runs, where a bad value would give a traceback or train on and exit 0
+    check_baseline_args(
+        args,
+        positive=(
+            "total_timesteps",
+            "learning_rate",
+            "num_envs",
+            "num_steps",
+            "num_minibatches",
+            "update_epochs",
+            "clip_coef",
+            "max_grad_norm",
+        ),
+        non_negative=("ent_coef", "vf_coef"),
+    )
+    check_envpool_id(args.env_id, "envpool.atari")
     if args.num_envs % args.num_minibatches != 0:
         sys.exit(
             f"error: --num-minibatches {args.num_minibatches} does not divide --num-envs {args.num_envs} "

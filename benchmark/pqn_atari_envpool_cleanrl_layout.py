@@ -21,6 +21,9 @@ import torch.optim as optim
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # cleanrl_utils, run from anywhere
+from cleanrl_utils.checks import check_baseline_args, check_envpool_id  # noqa: E402
+
 
 @dataclass
 class Args:
@@ -92,9 +95,21 @@ class QNetwork(nn.Module):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs"):  # what would silently run nothing
-        if getattr(args, name) <= 0:
-            sys.exit(f"error: --{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    # one line before anything runs, where a bad value would give a traceback or train on and exit 0
+    check_baseline_args(
+        args,
+        positive=(
+            "total_timesteps",
+            "learning_rate",
+            "num_envs",
+            "num_steps",
+            "num_minibatches",
+            "update_epochs",
+            "max_grad_norm",
+            "exploration_fraction",
+        ),
+    )
+    check_envpool_id(args.env_id, "envpool.atari")
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches != 0:
         sys.exit(f"error: --num-minibatches {args.num_minibatches} does not divide the batch size {batch_size}")

@@ -21,6 +21,9 @@ import torch.optim as optim
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # cleanrl_utils, run from anywhere
+from cleanrl_utils.checks import check_baseline_args, check_envpool_id  # noqa: E402
+
 
 @dataclass
 class Args:
@@ -149,9 +152,21 @@ class Actor(nn.Module):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    for name in ("buffer_size", "batch_size", "policy_frequency", "target_network_frequency"):
-        if getattr(args, name) <= 0:
-            sys.exit(f"error: --{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    # one line before anything runs, where a bad value would give a traceback or train on and exit 0
+    check_baseline_args(
+        args,
+        positive=(
+            "total_timesteps",
+            "buffer_size",
+            "batch_size",
+            "policy_frequency",
+            "target_network_frequency",
+            "policy_lr",
+            "q_lr",
+        ),
+        non_negative=("alpha",),
+    )
+    check_envpool_id(args.env_id, "envpool.mujoco.gym")
     if args.learning_starts < 0:
         sys.exit(f"error: --learning-starts must be >= 0, got {args.learning_starts}")
     if args.total_timesteps < args.learning_starts + 2:  # it times steps after learning_starts: none, nothing to print

@@ -87,15 +87,31 @@ def check_run_args(args) -> None:
     check_torch_threads(getattr(args, "torch_threads", 0))
 
 
+# Fields of the speed baselines that are fractions, by name: a discount, a lambda, an epsilon, a PER exponent; and
+# those in (0, 1]: a Polyak rate of 0 never moves the target, a schedule fraction of 0 divides by 0.
+BASELINE_FRACTIONS = ("gamma", "gae_lambda", "q_lambda", "start_e", "end_e", "prioritized_replay_beta")
+BASELINE_OPEN_FRACTIONS = ("tau", "exploration_fraction")
+
+
 def check_baseline_args(args, positive: tuple[str, ...], non_negative: tuple[str, ...] = ()) -> None:
     """The speed baselines in benchmark/ (CleanRL's loops, `*_cleanrl_layout.py`) take bad input as the scripts do,
-    in one line before anything runs (trial 14: NaN, 0 and a reversed support gave tracebacks or ran): every float
-    finite, the named fields positive or >= 0, a support's ends in order, the log folder writable."""
+    in one line before anything runs (trials 14 and 15: NaN, 0, a gamma of 2 and a reversed support gave tracebacks
+    or ran and exited 0): every float finite, the named fields positive or >= 0, the fractions among
+    BASELINE_FRACTIONS in [0, 1] and BASELINE_OPEN_FRACTIONS in (0, 1], a batch no larger than the replay, a
+    support's ends in order, the log folder writable."""
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             sys.exit(f"error: {flag(name)} must be a finite number, got {value}")
     check_positive(args, *positive)
     check_non_negative(args, *non_negative)
+    for name in (name for name in BASELINE_FRACTIONS if hasattr(args, name)):
+        if not 0 <= getattr(args, name) <= 1:
+            sys.exit(f"error: {flag(name)} must be in [0, 1], got {getattr(args, name)}")
+    for name in (name for name in BASELINE_OPEN_FRACTIONS if hasattr(args, name)):
+        if not 0 < getattr(args, name) <= 1:
+            sys.exit(f"error: {flag(name)} must be in (0, 1], got {getattr(args, name)}")
+    if hasattr(args, "buffer_size") and args.batch_size > args.buffer_size:  # as the scripts refuse it
+        sys.exit(f"error: --batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
     if hasattr(args, "v_min") and not args.v_min < args.v_max:
         sys.exit(f"error: --v-min {args.v_min} must be below --v-max {args.v_max} (the support's two ends)")
     from cleanrl_utils.run import check_writable_dir

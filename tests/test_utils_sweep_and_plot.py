@@ -713,6 +713,18 @@ def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, scr
         ("c51_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole frame"),
         ("rainbow_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole"),
         ("sac_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole frame"),
+        # trial 15, S4: the four baselines without check_baseline_args ran these and exited 0, or gave tracebacks
+        ("ppo_atari_envpool_cleanrl_layout.py", ["--learning-rate", "nan"], "error: --learning-rate must be a finite"),
+        ("ppo_atari_envpool_cleanrl_layout.py", ["--ent-coef", "inf"], "error: --ent-coef must be a finite"),
+        ("ppo_atari_envpool_cleanrl_layout.py", ["--env-id", "Hopper-v4"], "error: --env-id 'Hopper-v4' is an EnvPool MuJoCo"),
+        ("ppo_atari_lstm_envpool_cleanrl_layout.py", ["--gamma", "2"], "error: --gamma must be in [0, 1], got 2.0"),
+        ("ppo_atari_lstm_envpool_cleanrl_layout.py", ["--clip-coef", "-1"], "error: --clip-coef must be positive"),
+        ("pqn_atari_envpool_cleanrl_layout.py", ["--q-lambda", "-1"], "error: --q-lambda must be in [0, 1], got -1.0"),
+        ("pqn_atari_envpool_cleanrl_layout.py", ["--start-e", "5"], "error: --start-e must be in [0, 1], got 5.0"),
+        ("sac_continuous_action_cleanrl_layout.py", ["--tau", "2"], "error: --tau must be in (0, 1], got 2.0"),
+        ("sac_continuous_action_cleanrl_layout.py", ["--buffer-size", "100"], "error: --batch-size 256 is larger than"),
+        ("sac_continuous_action_cleanrl_layout.py", ["--env-id", "Breakout-v5"], "error: --env-id 'Breakout-v5' is an"),
+        ("c51_atari_envpool_cleanrl_layout.py", ["--end-e", "1.5"], "error: --end-e must be in [0, 1], got 1.5"),
     ],
 )
 def test_a_layout_script_refuses_bad_input_in_one_line(tmp_path, script, flags, expected):
