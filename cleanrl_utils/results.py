@@ -196,7 +196,8 @@ def bad_values(record: dict) -> str | None:
 
 def load_records(results_dir: str) -> list[dict]:
     """Every run record; one whose exp_name, env_id or seed is not where it sits (records/<exp_name>/<env_id>__<seed>
-    .json) is refused in one line (trial 14: an edited exp_name counted the run in another cell, with its figures)."""
+    .json) is refused in one line (trial 14: an edited exp_name counted the run in another cell, with its figures),
+    and so is an exp_name whose records name more than one script (its published figures are the script's)."""
     records = []
     for path in sorted(glob.glob(os.path.join(results_dir, "records", "*", "*.json"))):
         record = read_record(path, RECORD_KEYS)
@@ -208,6 +209,19 @@ def load_records(results_dir: str) -> list[dict]:
                 "records/<exp_name>/<env_id>__<seed>.json (restore it from git)"
             )
         records.append(record)
+    scripts = {}  # exp_name -> {script: [record paths]}: a campaign cell is one script's runs
+    for record in records:
+        scripts.setdefault(record["exp_name"], {}).setdefault(record["script"], []).append(
+            f"{record['env_id']}__{record['seed']}"
+        )
+    for exp_name, by_script in scripts.items():
+        if len(by_script) > 1:  # trial 15: a record saying dqn among a2c's took the cell's published figure away
+            held = "; ".join(f"{script}: {', '.join(runs)}" for script, runs in sorted(by_script.items()))
+            sys.exit(
+                f"error: the records under {os.path.join(results_dir, 'records', exp_name)!r} name {len(by_script)} "
+                f"scripts ({held}); one exp_name holds one script's runs (restore them from git, or give each its own "
+                "--exp-name)"
+            )
     return records
 
 

@@ -329,6 +329,29 @@ def test_a_damaged_record_is_one_line_naming_it_and_nothing_is_written(tmp_path,
     assert not (tmp_path / "out").exists() and not (results / "summary.csv").exists()
 
 
+@pytest.mark.parametrize("other_script", ["dqn", "ppo_continuous_action_envpool"])
+def test_one_exp_name_holding_two_scripts_is_refused_in_one_line(tmp_path, other_script):
+    """Trial 15, S2: a record naming another script among a2c's (edited, or two scripts run with one --exp-name) was
+    read with that script's published figure (PPO's 5,784 in A2C's cell, or none for dqn), exit 0."""
+    results = tmp_path / "results"
+    folder = results / "records" / "a2c_continuous_action_envpool"
+    folder.mkdir(parents=True)
+    for seed, script in ((1, other_script), (2, "a2c_continuous_action_envpool"), (3, "a2c_continuous_action_envpool")):
+        record = fixture_record("a2c_continuous_action_envpool", script, "HalfCheetah-v4", seed, 1000.0, 1100.0)
+        (folder / f"HalfCheetah-v4__{seed}.json").write_text(json.dumps(record))
+    (results / "published.csv").write_text("algorithm,env_id,source,steps,value,metric\n")
+    result = subprocess.run(results_command(results, tmp_path / "out"), capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    expected = (
+        f"error: the records under {str(folder)!r} name 2 scripts (",
+        f"{other_script}: HalfCheetah-v4__1",
+        "a2c_continuous_action_envpool: HalfCheetah-v4__2, HalfCheetah-v4__3",
+        "one exp_name holds one script's runs",
+    )
+    assert all(fragment in result.stderr for fragment in expected), result.stderr
+    assert not (tmp_path / "out").exists() and not (results / "summary.csv").exists()
+
+
 def test_pages_are_filled_only_for_docs_results_or_when_named_and_the_line_says_what_was_written(tmp_path):
     """R3, R6: in a site copy (README.md, docs/*.md), another --output-dir leaves the pages alone unless named with
     --docs, and says so; a named page without markers gets a warning; the last line counts the PNGs and the page
