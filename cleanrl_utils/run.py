@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 
+from cleanrl_utils.stop import FRESH_RUN_FOLDER
+
 
 def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
     """(run_name, absolute run_dir), the folder made, its path printed; or one line and exit.
@@ -36,6 +38,7 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
                 os.mkdir(run_dir)  # atomic: of two launches in the same second, one gets the name
             except FileExistsError:
                 continue
+            FRESH_RUN_FOLDER.append(run_dir)  # a signal before training starts removes it again
             print(f"run folder: {run_dir}", flush=True)
             return run_name, run_dir
     except OSError as error:

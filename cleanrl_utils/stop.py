@@ -38,6 +38,10 @@ COMPLETED_SAVES: list[str] = []
 SAME_STOP_SECONDS = 1.0
 # What a command-line tool leaves behind if a signal stops it now, said in its one line (exit_tool_on_signals).
 LEFT_BEHIND: list[str] = []
+# The run folder this process made for a fresh run (cleanrl_utils.run.run_folder): a signal during start-up removes
+# it, since nothing was trained into it (trial 15, S5: each stop between "run folder:" and training left an empty
+# folder, which --resume then could not use).
+FRESH_RUN_FOLDER: list[str] = []
 
 
 def _say(message: str) -> None:
@@ -94,7 +98,13 @@ def exit_at_once_on_signals() -> None:
     def exit_now(signum, frame):
         if next(signals_seen) > 0:  # a launcher's copy of the same Ctrl-C: the first call is exiting, with its line
             return
-        _say(f"{SIGNAL_NAMES[signum]} during start-up: exiting before training began")
+        removed = ""
+        for folder in FRESH_RUN_FOLDER:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+            removed = f"; removed its empty run folder {folder}"
+        _say(f"{SIGNAL_NAMES[signum]} during start-up: exiting before training began{removed}")
         _exit_now(128 + signum)
 
     for signum in SIGNALS:
@@ -145,6 +155,7 @@ class StopAfterIteration:
 
     def __init__(self, quiet: bool = False):
         self.requested, self.quiet, self.saves_before, self.first_at = False, quiet, 0, 0.0
+        FRESH_RUN_FOLDER.clear()  # training begins: the run folder is the run's from now on
         # Which signal this is, taken in one C call. A signal that lands while this handler runs runs its own call of
         # the handler to the end first, at the next bytecode (trial 12: one forwarded Ctrl-C printed the stopping
         # line twice, when its copy landed between the `requested` check and the assignment). The count cannot be

@@ -60,6 +60,55 @@ def test_a_signal_during_start_up_exits_at_once_with_one_line(signum, name):
     assert stderr_lines(stderr) == [f"{name} during start-up: exiting before training began"]
 
 
+STARTUP_WITH_A_RUN_FOLDER = """
+    import sys, time
+    from types import SimpleNamespace
+    from cleanrl_utils.stop import exit_at_once_on_signals
+    from cleanrl_utils.run import run_folder
+    exit_at_once_on_signals()
+    args = SimpleNamespace(env_id="CartPole-v1", exp_name="ppo", seed=1, log_dir=sys.argv[1])
+    run_folder(args, sys.argv[2] if len(sys.argv) > 2 else None)  # prints "run folder: ..."
+    time.sleep(60)
+"""
+
+
+def test_a_signal_during_start_up_removes_the_fresh_run_folder_but_never_a_resumed_one(tmp_path):
+    """Trial 15, S5: a stop between "run folder:" and training left an empty folder that --resume could not use.
+    A resumed run's folder is the run's own: it stays, with its checkpoint."""
+    runs = tmp_path / "runs"
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(STARTUP_WITH_A_RUN_FOLDER), str(runs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    folder = wait_for(process, "run folder:").split("run folder: ")[1].strip()
+    assert os.path.isdir(folder)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 130
+    assert stderr_lines(stderr) == [
+        f"Ctrl-C during start-up: exiting before training began; removed its empty run folder {folder}"
+    ]
+    assert os.listdir(runs) == []
+    resumed = runs / "CartPole-v1__ppo__1__1"
+    resumed.mkdir()
+    (resumed / "checkpoint.pt").write_bytes(b"a checkpoint")
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(STARTUP_WITH_A_RUN_FOLDER), str(runs), str(resumed / "checkpoint.pt")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    wait_for(process, "run folder:")
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=20)
+    assert stderr_lines(stderr) == ["Ctrl-C during start-up: exiting before training began"]
+    assert os.listdir(resumed) == ["checkpoint.pt"]
+
+
 TRAINING = """
     import time
     from cleanrl_utils.stop import StopAfterIteration
