@@ -85,6 +85,15 @@ def check_run_args(args) -> None:
             f"got {limit}"
         )
     check_torch_threads(getattr(args, "torch_threads", 0))
+    if "jax" in sys.modules:  # a JAX script: XLA's compiler aborts in C++ under a tighter limit (no line to catch)
+        from cleanrl_utils.stop import check_address_space
+
+        check_address_space(JAX_TRAINING_ADDRESS_SPACE, "a JAX training script")
+
+
+# The smallest address-space limit (`ulimit -v`) the JAX training scripts ran under (AMD EPYC, JAX on CPU, 2 cores:
+# ppo_atari_envpool_xla_jax at 2.9 GiB; at 2.4 GiB XLA aborted with std::bad_alloc, exit 134, an empty run folder left).
+JAX_TRAINING_ADDRESS_SPACE = 3_000_000 * 1024
 
 
 # Fields of the speed baselines that are fractions, by name: a discount, a lambda, an epsilon, a PER exponent; and

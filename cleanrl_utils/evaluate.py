@@ -15,7 +15,7 @@ what training played, for a copied and changed script too. `--script` names anot
 file from before paths were recorded whose script is not in this clone's `cleanrl/`).
 """
 
-from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals
+from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals, refused_memory
 
 if __name__ == "__main__":
     # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
@@ -349,9 +349,7 @@ def machine_refused(error: Exception) -> bool:
     """An error from the machine, not from the file: memory, or a thread or process the OS would not start (EnvPool's
     and OpenMP's thread pools raise RuntimeError "Resource temporarily unavailable", EAGAIN, when the machine's
     threads run out; a library loaded under a memory limit raises ImportError "failed to map segment")."""
-    text = str(error).lower()
-    signs = ("resource temporarily unavailable", "out of memory", "cannot allocate memory", "failed to map segment")
-    return isinstance(error, (MemoryError, OSError)) or any(sign in text for sign in signs)
+    return isinstance(error, OSError) or refused_memory(error)
 
 
 def kept_checkpoints(run_dir: str) -> list[tuple[int, str]]:

@@ -39,7 +39,7 @@ SAME_STOP_SECONDS = 1.0
 # What a command-line tool leaves behind if a signal stops it now, said in its one line (exit_tool_on_signals).
 LEFT_BEHIND: list[str] = []
 # The run folder this process made for a fresh run (cleanrl_utils.run.run_folder): a signal during start-up removes
-# it, since nothing was trained into it (trial 15, S5: each stop between "run folder:" and training left an empty
+# it, since nothing was trained into it, and so does a refusal of memory before any checkpoint was saved (trial 15, S5: each stop between "run folder:" and training left an empty
 # folder, which --resume then could not use).
 FRESH_RUN_FOLDER: list[str] = []
 
@@ -85,11 +85,97 @@ class OutputThatOutlivesItsReader:
         return getattr(self._stream, name)
 
 
-def exit_at_once_on_signals() -> None:
-    """Start-up: Ctrl-C or SIGTERM exits at once (exit code 128 + signal number) with one line. Also keeps the run
-    alive when the reader of its stdout goes (trial 12, P5: `ppo.py | head -2` lost the run to a BrokenPipeError)."""
+# What the machine says when it will not give memory or threads: EnvPool's and OpenMP's thread pools raise
+# "Resource temporarily unavailable" (EAGAIN); a library loaded under a memory limit raises ImportError "failed to map
+# segment"; MuJoCo's engine "Could not allocate memory"; PyTorch "out of memory" / "bad_alloc".
+MACHINE_REFUSAL_SIGNS = (
+    "resource temporarily unavailable",
+    "out of memory",
+    "cannot allocate memory",
+    "could not allocate memory",
+    "failed to map segment",
+    "bad_alloc",
+)
+# The smallest address-space limit (`ulimit -v`) a training script is started under. Below it PyTorch's own import
+# aborts in C++ (std::bad_alloc, exit 134 with no line: 488 MiB on an AMD EPYC here), which no Python code can catch;
+# above it a refusal is a Python exception, which `refused_memory_in_one_line` turns into one line.
+MIN_ADDRESS_SPACE = 600 * 2**20
+
+
+def refused_memory(error: BaseException) -> bool:
+    """Whether `error` is the machine refusing memory or threads (not the script or its input): a MemoryError, a
+    refusal's words, or either earlier in its chain of exceptions."""
+    while error is not None:
+        if isinstance(error, MemoryError) or any(sign in str(error).lower() for sign in MACHINE_REFUSAL_SIGNS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def address_space_limited() -> bool:
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+
+
+def address_space_limit() -> str:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return "no address-space limit" if soft == resource.RLIM_INFINITY else f"ulimit -v: {soft // 2**20:,} MiB"
+
+
+def check_address_space(needed: int, what: str) -> None:
+    """One line and exit 1 where the address-space limit is below `needed` bytes (`what` needs them)."""
+    import resource
     import sys
 
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        sys.exit(
+            f"error: this process may map {soft // 2**20:,} MiB (ulimit -v), less than the {needed // 2**20:,} MiB "
+            f"{what} needs to start (below it the libraries abort with no error line): raise the limit"
+        )
+
+
+def refused_memory_in_one_line(kind, error, traceback) -> None:
+    """sys.excepthook of a training run: the machine refusing memory or threads (a `ulimit -v`, a container's limit,
+    a machine out of threads) is one line naming the limit, not a traceback, and a fresh run folder with no checkpoint
+    in it is removed (trial 15, S1: tracebacks from torch's and EnvPool's imports, from MuJoCo's engine, and empty run
+    folders left). Anything else is the default traceback."""
+    import sys
+
+    # Under an address-space limit, an ImportError of an installed library is the limit too: a library whose load
+    # failed for memory can leave a half-made module behind, and the next import from it fails with "cannot import
+    # name" (torch._dynamo at `ulimit -v 1300000`), the refusal's own words swallowed inside the library.
+    limited_import = isinstance(error, ImportError) and address_space_limited()
+    if not (refused_memory(error) or limited_import):
+        return sys.__excepthook__(kind, error, traceback)
+    removed = ""
+    for folder in FRESH_RUN_FOLDER:
+        if COMPLETED_SAVES:  # trained and saved: the folder is the run's, to --resume from its checkpoint
+            removed = f"; its checkpoint {COMPLETED_SAVES[-1]} is whole"
+            break
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        removed = f"; removed its run folder {folder}, where nothing was saved"
+    first_line = " ".join(str(error).split())[:200]
+    sys.stderr.write(
+        f"error: the machine refused memory or threads ({address_space_limit()}; {kind.__name__}: {first_line})"
+        f"{removed}: retry with more memory (ulimit -v, a container's limit), smaller settings, or fewer runs at once\n"
+    )
+
+
+def exit_at_once_on_signals() -> None:
+    """Start-up: Ctrl-C or SIGTERM exits at once (exit code 128 + signal number) with one line. Also keeps the run
+    alive when the reader of its stdout goes (trial 12, P5: `ppo.py | head -2` lost the run to a BrokenPipeError),
+    refuses an address-space limit its libraries cannot load under, and makes the machine's refusal of memory one
+    line (refused_memory_in_one_line). It runs before the heavy imports, so all of this covers them too."""
+    import sys
+
+    check_address_space(MIN_ADDRESS_SPACE, "a training script (PyTorch or JAX, EnvPool or Gymnasium)")
+    sys.excepthook = refused_memory_in_one_line
     if not isinstance(sys.stdout, OutputThatOutlivesItsReader):
         sys.stdout = OutputThatOutlivesItsReader(sys.stdout)
 
@@ -155,7 +241,6 @@ class StopAfterIteration:
 
     def __init__(self, quiet: bool = False):
         self.requested, self.quiet, self.saves_before, self.first_at = False, quiet, 0, 0.0
-        FRESH_RUN_FOLDER.clear()  # training begins: the run folder is the run's from now on
         # Which signal this is, taken in one C call. A signal that lands while this handler runs runs its own call of
         # the handler to the end first, at the next bytecode (trial 12: one forwarded Ctrl-C printed the stopping
         # line twice, when its copy landed between the `requested` check and the assignment). The count cannot be

@@ -183,3 +183,22 @@ BAD_INPUT = [
     (["--max-episode-steps", "0"], ["--max-episode-steps", "0"]),
     (["--ent-coef", "inf"], ["--ent-coef must be", "finite", "got inf"]),
 ]
+
+
+def test_an_address_space_limit_xla_cannot_compile_under_is_one_line_and_no_run_folder(tmp_path):
+    """Trial 15, S1: under `ulimit -v 1500000` XLA aborted in C++ (exit 134, a 25-line stack) and left an empty run
+    folder; at 2.2 GB torch's tensorboard import failed as a traceback. Below JAX_TRAINING_ADDRESS_SPACE: one line."""
+    import resource
+    import subprocess
+    import sys
+
+    from helpers import REPO, assert_one_error_line
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2_500_000 * 1024, resource.RLIM_INFINITY))
+
+    command = [sys.executable, os.path.join(REPO, "cleanrl", f"{SCRIPT}.py"), "--log-dir", str(tmp_path / "runs")]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, preexec_fn=limit, env=env, timeout=300)
+    assert_one_error_line(result, ["may map 2,441 MiB (ulimit -v), less than the 2,929 MiB a JAX training script needs"])
+    assert not (tmp_path / "runs").exists()

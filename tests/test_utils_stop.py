@@ -109,6 +109,69 @@ def test_a_signal_during_start_up_removes_the_fresh_run_folder_but_never_a_resum
     assert os.listdir(resumed) == ["checkpoint.pt"]
 
 
+REFUSED = """
+    import resource, sys
+    from types import SimpleNamespace
+    from cleanrl_utils.stop import COMPLETED_SAVES, exit_at_once_on_signals
+    from cleanrl_utils.run import run_folder
+    exit_at_once_on_signals()
+    run_folder(SimpleNamespace(env_id="CartPole-v1", exp_name="ppo", seed=1, log_dir=sys.argv[1]))
+    error, saved, limit = sys.argv[2], sys.argv[3] == "saved", int(sys.argv[4])
+    if saved:
+        COMPLETED_SAVES.append("runs/x/checkpoint.pt")
+    if limit:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+    raise {"memory": MemoryError("out of memory"), "threads": RuntimeError("Resource temporarily unavailable"),
+           "import": ImportError("cannot import name 'X' from 'torch._dynamo.utils'"),
+           "bug": ValueError("a bug")}[error]
+"""
+
+
+@pytest.mark.parametrize(
+    "error, saved, limit, expected",
+    [
+        ("memory", "fresh", 0, "(no address-space limit; MemoryError: out of memory); removed its run folder"),
+        ("threads", "fresh", 0, "(no address-space limit; RuntimeError: Resource temporarily unavailable); removed"),
+        ("memory", "saved", 0, "MemoryError: out of memory); its checkpoint runs/x/checkpoint.pt is whole: retry"),
+        ("import", "fresh", 8 * 2**30, "(ulimit -v: 8,192 MiB; ImportError: cannot import name 'X'"),
+        ("import", "fresh", 0, None),  # no limit: an ImportError is the install's, a traceback
+        ("bug", "fresh", 0, None),
+    ],
+)
+def test_the_machine_refusing_memory_is_one_line_and_a_run_folder_with_nothing_saved_goes(
+    tmp_path, error, saved, limit, expected
+):
+    """Trial 15, S1: under `ulimit -v`, torch's and EnvPool's imports, MuJoCo's engine and the allocator failed as
+    tracebacks, leaving empty run folders. A real bug keeps its traceback."""
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-c", textwrap.dedent(REFUSED), str(runs), error, saved, str(limit)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 1
+    if expected is None:
+        assert "Traceback" in result.stderr and len(os.listdir(runs)) == 1
+        return
+    (line,) = stderr_lines(result.stderr)
+    assert line.startswith("error: the machine refused memory or threads (") and expected in line, line
+    assert line.endswith("retry with more memory (ulimit -v, a container's limit), smaller settings, or fewer runs at once")
+    assert len(os.listdir(runs)) == (1 if saved == "saved" else 0)
+
+
+def test_an_address_space_limit_below_what_the_libraries_load_under_is_one_line_before_they_load():
+    """Below MIN_ADDRESS_SPACE torch's own import aborted in C++ (exit 134, no line): refused before it runs."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (400 * 2**20, resource.RLIM_INFINITY))
+
+    code = "from cleanrl_utils.stop import exit_at_once_on_signals; exit_at_once_on_signals(); import torch"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, preexec_fn=limit)
+    assert result.returncode == 1
+    assert stderr_lines(result.stderr) == [
+        "error: this process may map 400 MiB (ulimit -v), less than the 600 MiB a training script (PyTorch or JAX, "
+        "EnvPool or Gymnasium) needs to start (below it the libraries abort with no error line): raise the limit"
+    ]
+
+
 TRAINING = """
     import time
     from cleanrl_utils.stop import StopAfterIteration
