@@ -85,7 +85,8 @@ def check_run_args(args) -> None:
             f"got {limit}"
         )
     check_torch_threads(getattr(args, "torch_threads", 0))
-    if "jax" in sys.modules:  # a JAX script: XLA's compiler aborts in C++ under a tighter limit (no line to catch)
+    # a JAX script (flax: EnvPool itself imports jax): XLA's compiler aborts in C++ under a tighter limit, no line
+    if "flax" in sys.modules:
         from cleanrl_utils.stop import check_address_space
 
         check_address_space(JAX_TRAINING_ADDRESS_SPACE, "a JAX training script")

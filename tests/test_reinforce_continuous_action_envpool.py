@@ -278,3 +278,20 @@ def test_validate_args_names_the_bad_value(overrides, expected):
     for fragment in expected:
         assert fragment in message, (fragment, message)
     validate_args(Args())  # the defaults pass
+
+
+def test_the_jax_address_space_floor_is_not_applied_to_a_torch_script_that_imports_envpool():
+    """EnvPool imports jax, so "jax" in sys.modules would hold for this torch script too: under a 2 GB limit (below
+    the JAX scripts' 2,929 MiB, above what this one needs) its checks go on to the budget's own line."""
+    import resource
+    import subprocess
+    import sys
+
+    from helpers import REPO, assert_one_error_line
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2_000_000 * 1024, resource.RLIM_INFINITY))
+
+    command = [sys.executable, os.path.join(REPO, "cleanrl", f"{SCRIPT}.py"), "--total-timesteps", "100"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, preexec_fn=limit, timeout=300)
+    assert_one_error_line(result, ["--total-timesteps 100"])
