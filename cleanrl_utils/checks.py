@@ -66,15 +66,16 @@ def check_run_args(args) -> None:
             f"{SUPPORT_BOUND:,.0f} (the support's two ends, in return units)"
         )
     if hasattr(args, "v_min") and 2 <= getattr(args, "n_atoms", 0) <= 10_000:  # else the script names --n-atoms
-        # atoms closer than float32 resolves at the support's scale collapse into one (trial 14: [0, 1e-45] learnt
-        # nothing and exited 0; [5, 5.0000001] indexed atom -2^63 in the projection)
-        spacing = (args.v_max - args.v_min) / (args.n_atoms - 1)
-        least = 1e3 * FLOAT32_EPS * max(1.0, abs(args.v_min), abs(args.v_max))
+        # atoms too close for float32 at the support's scale collapse (trial 14: [0, 1e-45] learnt nothing and exited 0;
+        # [5, 5.0000001] indexed atom -2^63 in the projection). The projection reads a return's place on the support to
+        # within one float32 step at that scale, so atoms at least 100 steps apart are placed to 1% of their spacing
+        step = FLOAT32_EPS * max(1.0, abs(args.v_min), abs(args.v_max))
+        spacing, least = (args.v_max - args.v_min) / (args.n_atoms - 1), 100 * step
         if spacing < least:
             sys.exit(
                 f"error: --v-min {args.v_min}, --v-max {args.v_max} and --n-atoms {args.n_atoms} put the atoms "
-                f"{spacing:.3g} apart, closer than float32 keeps apart at this scale (at least {least:.3g}): widen the "
-                "support or use fewer atoms"
+                f"{spacing:.3g} apart, too close for float32 at this scale (one float32 step is {step:.3g}; the atoms "
+                f"must be at least 100 steps, {least:.3g}, apart): widen the support or use fewer atoms"
             )
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")

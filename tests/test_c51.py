@@ -134,7 +134,7 @@ BAD_INPUT = [
     (["--n-atoms", "100000000"], ["--n-atoms must be in [2, 10000], got 100000000"]),  # trial 5, P1: a traceback
     (["--v-min", "10", "--v-max", "-10"], ["--v-min 10.0 and --v-max -10.0 must hold -1,000,000 <= v-min < v-max"]),
     (["--v-min", "-3e38", "--v-max", "3e38"], ["--v-min -3e+38 and --v-max 3e+38 must hold"]),  # trial 13, Q5
-    (["--v-min", "5", "--v-max", "5.0000001"], ["closer than float32 keeps apart"]),  # trial 14: atoms collapse
+    (["--v-min", "5", "--v-max", "5.0000001"], ["too close for float32 at this scale"]),  # trial 14: atoms collapse
     (["--v-max", "nan"], ["--v-max must be a finite number, got nan"]),
     (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),
     (["--env-id", "Pong-v5"], ["'Pong-v5'"]),

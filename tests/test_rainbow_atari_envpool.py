@@ -305,7 +305,7 @@ BAD_INPUT = [
     (["--n-atoms", "1"], ["--n-atoms must be in [2, 10000], got 1"]),
     (["--v-min", "5", "--v-max", "5"], ["--v-min 5.0 and --v-max 5.0 must hold -1,000,000 <= v-min < v-max <= 1,000,000"]),
     (["--v-min", "-3e38", "--v-max", "3e38"], ["--v-min -3e+38 and --v-max 3e+38 must hold"]),  # trial 13, Q5
-    (["--v-min", "5", "--v-max", "5.0000001"], ["closer than float32 keeps apart"]),  # trial 14: atoms collapse
+    (["--v-min", "5", "--v-max", "5.0000001"], ["too close for float32 at this scale"]),  # trial 14: atoms collapse
     (["--env-id", "Hopper-v4"], ["MuJoCo", "Atari"]),
     (["--learning-starts", "20000", "--total-timesteps", "10000"], ["--learning-starts 20000", "10000"]),
     (["--buffer-size", "100000000"], ["replay buffer", "GiB", "--buffer-size"]),

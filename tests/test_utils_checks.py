@@ -71,6 +71,13 @@ def test_seed_bounds(seed):
     assert MAX_SEED == 2**31 - 1
 
 
+def test_a_support_float32_places_to_a_percent_of_its_spacing_is_accepted():
+    """Trial 15, S3: [0, 1] with 10,000 atoms (1e-4 apart, about 840 float32 steps) was refused as "closer than
+    float32 keeps apart"."""
+    check_run_args(run_args(v_min=0.0, v_max=1.0, n_atoms=10_000))
+    check_run_args(run_args(v_min=-10.0, v_max=10.0, n_atoms=51))
+
+
 @pytest.mark.parametrize(
     "overrides,expected",
     [
@@ -95,11 +102,19 @@ def test_seed_bounds(seed):
             {"max_episode_steps": 2**31 - 1},
             "error: --max-episode-steps must be at most 1,073,741,824 (episode steps are counted in 32 bits), got 2147483647",
         ),
-        # trial 14: atoms closer than float32 keeps apart collapse (a traceback, or a run that learnt nothing)
+        # trial 14: atoms too close for float32 collapse (a traceback, or a run that learnt nothing); trial 15, S3: the
+        # line now states the rule it applies (100 float32 steps), not "closer than float32 keeps apart"
         (
             {"v_min": 0.0, "v_max": 1e-45, "n_atoms": 51},
-            "error: --v-min 0.0, --v-max 1e-45 and --n-atoms 51 put the atoms "
-            "2e-47 apart, closer than float32 keeps apart at this scale (at least 0.000119): widen the support or use fewer atoms",
+            "error: --v-min 0.0, --v-max 1e-45 and --n-atoms 51 put the atoms 2e-47 apart, too close for float32 at this "
+            "scale (one float32 step is 1.19e-07; the atoms must be at least 100 steps, 1.19e-05, apart): widen the "
+            "support or use fewer atoms",
+        ),
+        (
+            {"v_min": 100_000.0, "v_max": 100_010.0, "n_atoms": 1001},
+            "error: --v-min 100000.0, --v-max 100010.0 and --n-atoms 1001 put the atoms 0.01 apart, too close for float32 "
+            "at this scale (one float32 step is 0.0119; the atoms must be at least 100 steps, 1.19, apart): widen the "
+            "support or use fewer atoms",
         ),
     ],
 )
