@@ -12,6 +12,9 @@ from typing import Callable
 # EnvPool takes int32 seeds (numpy's global seed is a uint32): one range for every script, the smaller.
 MAX_SEED = 2**31 - 1
 MAX_EPISODE_STEPS = 2**30  # under EnvPool's int32 step count, with room for the one step make_envpool adds
+# A run's budget in env steps: 10^12 is about 30 years at 1M steps a second; past int64 (2^63) numpy's counters and
+# torch's step tensors overflow (trial 15, S6: 2^63 and 10^20 were accepted and trained); results refuses past it too
+MAX_BUDGET = 10**12
 FLOAT32_EPS = 2.0**-23
 SUPPORT_BOUND = 1e6  # a C51 support's ends: returns in reward units, far past any game's, and far from float32's limit
 
@@ -54,6 +57,8 @@ def check_run_args(args) -> None:
     if not 0 <= args.seed <= MAX_SEED:
         sys.exit(f"error: --seed must be in 0..{MAX_SEED} (EnvPool seeds are 32-bit signed integers), got {args.seed}")
     check_positive(args, "total_timesteps", "learning_rate", "video_every")
+    if args.total_timesteps > MAX_BUDGET:
+        sys.exit(f"error: --total-timesteps must be at most {MAX_BUDGET:,} (10^12 env steps), got {args.total_timesteps}")
     if not 0 < args.gamma <= 1:
         sys.exit(f"error: --gamma must be in (0, 1], got {args.gamma}")
     if hasattr(args, "gae_lambda") and not 0 <= args.gae_lambda <= 1:  # only the scripts that have the flag
@@ -115,6 +120,8 @@ def check_baseline_args(args, positive: tuple[str, ...], non_negative: tuple[str
             sys.exit(f"error: {flag(name)} must be a finite number, got {value}")
     check_positive(args, *positive)
     check_non_negative(args, *non_negative)
+    if args.total_timesteps > MAX_BUDGET:
+        sys.exit(f"error: --total-timesteps must be at most {MAX_BUDGET:,} (10^12 env steps), got {args.total_timesteps}")
     for name in (name for name in BASELINE_FRACTIONS if hasattr(args, name)):
         if not 0 <= getattr(args, name) <= 1:
             sys.exit(f"error: {flag(name)} must be in [0, 1], got {getattr(args, name)}")

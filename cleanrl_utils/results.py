@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cleanrl_utils.checkpoint import write_atomically
+from cleanrl_utils.checks import MAX_BUDGET
 from cleanrl_utils.run import check_writable_dir
 
 SUMMARY_COLUMNS = (
@@ -115,7 +116,7 @@ def run_record(run_dir: str, *, script: str, wall_seconds: float, cpu: str, test
 
 
 # The keys the tables and figures read: a record without one is refused by name, not met as a KeyError mid-page.
-MAX_BUDGET = 10**12  # env steps: a record past it was edited (trial 14: 10^30 showed as "1e+24M")
+# MAX_BUDGET (env steps, checks.py): a record past it was edited (trial 14: 10^30 showed as "1e+24M")
 MAX_RETURN = 1e12  # |returns|: past it a record was edited, and the std of 1e308s overflows
 RECORD_KEYS = ("script", "exp_name", "env_id", "seed", "total_timesteps", "final_return", "best_test_return")
 RECORD_KEYS += ("wall_seconds", "cpu", "train_curve", "test_curve")

@@ -102,6 +102,11 @@ def test_a_support_float32_places_to_a_percent_of_its_spacing_is_accepted():
             {"max_episode_steps": 2**31 - 1},
             "error: --max-episode-steps must be at most 1,073,741,824 (episode steps are counted in 32 bits), got 2147483647",
         ),
+        # trial 15, S6: 2^63 and 10^20 env steps were accepted and trained
+        (
+            {"total_timesteps": 2**63},
+            "error: --total-timesteps must be at most 1,000,000,000,000 (10^12 env steps), got 9223372036854775808",
+        ),
         # trial 14: atoms too close for float32 collapse (a traceback, or a run that learnt nothing); trial 15, S3: the
         # line now states the rule it applies (100 float32 steps), not "closer than float32 keeps apart"
         (

@@ -725,6 +725,11 @@ def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, scr
         ("sac_continuous_action_cleanrl_layout.py", ["--buffer-size", "100"], "error: --batch-size 256 is larger than"),
         ("sac_continuous_action_cleanrl_layout.py", ["--env-id", "Breakout-v5"], "error: --env-id 'Breakout-v5' is an"),
         ("c51_atari_envpool_cleanrl_layout.py", ["--end-e", "1.5"], "error: --end-e must be in [0, 1], got 1.5"),
+        (
+            "ppo_atari_envpool_cleanrl_layout.py",
+            ["--total-timesteps", str(10**20)],
+            "error: --total-timesteps must be at most",
+        ),
     ],
 )
 def test_a_layout_script_refuses_bad_input_in_one_line(tmp_path, script, flags, expected):
