@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from cleanrl_utils.stop import FRESH_RUN_FOLDER
+from cleanrl_utils.stop import FRESH_RUN_FOLDER, remove_fresh_run_folder
 
 
 def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
@@ -177,14 +177,22 @@ def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = No
     if args.track:
         import wandb
 
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
+        try:
+            wandb.init(
+                project=args.wandb_project_name,
+                entity=args.wandb_entity,
+                sync_tensorboard=True,
+                config=vars(args),
+                name=run_name,
+                save_code=True,
+            )
+        except Exception as error:  # wandb's UsageError (no login), CommError (no network), ...: before any training
+            first_line = " ".join(str(error).split())[:200]
+            sys.exit(
+                f"error: --track could not start Weights and Biases ({type(error).__name__}: {first_line})"
+                f"{remove_fresh_run_folder()}: run `wandb login`, set WANDB_API_KEY, or WANDB_MODE=offline to log "
+                "locally (or leave out --track)"
+            )
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(run_dir, purge_step=None if resumed_step is None else resumed_step + 1)

@@ -138,6 +138,19 @@ def check_address_space(needed: int, what: str) -> None:
         )
 
 
+def remove_fresh_run_folder() -> str:
+    """Remove the run folder this process made for a fresh run, unless a checkpoint was saved into it (then the
+    folder is the run's, to --resume); says which, for a one-line exit."""
+    for folder in FRESH_RUN_FOLDER:
+        if COMPLETED_SAVES:
+            return f"; its checkpoint {COMPLETED_SAVES[-1]} is whole"
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        return f"; removed its run folder {folder}, where nothing was saved"
+    return ""
+
+
 def refused_memory_in_one_line(kind, error, traceback) -> None:
     """sys.excepthook of a training run: the machine refusing memory or threads (a `ulimit -v`, a container's limit,
     a machine out of threads) is one line naming the limit, not a traceback, and a fresh run folder with no checkpoint
@@ -151,19 +164,10 @@ def refused_memory_in_one_line(kind, error, traceback) -> None:
     limited_import = isinstance(error, ImportError) and address_space_limited()
     if not (refused_memory(error) or limited_import):
         return sys.__excepthook__(kind, error, traceback)
-    removed = ""
-    for folder in FRESH_RUN_FOLDER:
-        if COMPLETED_SAVES:  # trained and saved: the folder is the run's, to --resume from its checkpoint
-            removed = f"; its checkpoint {COMPLETED_SAVES[-1]} is whole"
-            break
-        import shutil
-
-        shutil.rmtree(folder, ignore_errors=True)
-        removed = f"; removed its run folder {folder}, where nothing was saved"
     first_line = " ".join(str(error).split())[:200]
     sys.stderr.write(
         f"error: the machine refused memory or threads ({address_space_limit()}; {kind.__name__}: {first_line})"
-        f"{removed}: retry with more memory (ulimit -v, a container's limit), smaller settings, or fewer runs at once\n"
+        f"{remove_fresh_run_folder()}: retry with more memory (ulimit -v, a container's limit), smaller settings, or fewer runs at once\n"
     )
 
 
@@ -184,13 +188,7 @@ def exit_at_once_on_signals() -> None:
     def exit_now(signum, frame):
         if next(signals_seen) > 0:  # a launcher's copy of the same Ctrl-C: the first call is exiting, with its line
             return
-        removed = ""
-        for folder in FRESH_RUN_FOLDER:
-            import shutil
-
-            shutil.rmtree(folder, ignore_errors=True)
-            removed = f"; removed its empty run folder {folder}"
-        _say(f"{SIGNAL_NAMES[signum]} during start-up: exiting before training began{removed}")
+        _say(f"{SIGNAL_NAMES[signum]} during start-up: exiting before training began{remove_fresh_run_folder()}")
         _exit_now(128 + signum)
 
     for signum in SIGNALS:

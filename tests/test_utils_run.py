@@ -449,3 +449,17 @@ def test_script_cases_give_what_a_fresh_interpreter_gives(tmp_path):
             assert "Traceback" in outcome["stderr"] and outcome["stderr"].endswith("ValueError: boom\n")
         else:
             assert outcome["stderr"] == fresh.stderr, case
+
+
+def test_track_without_a_wandb_login_is_one_line_and_leaves_no_run_folder(tmp_path):
+    """Trial 15, S7: --track with no W&B login gave a 19-line UsageError traceback and left an empty run folder."""
+    from helpers import assert_one_error_line
+
+    (tmp_path / "home").mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
+    env |= {"HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}  # no ~/.netrc: no login
+    command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--total-timesteps", "256", "--num-envs", "2"]
+    command += ["--num-steps", "64", "--track", "--log-dir", str(tmp_path / "runs")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    assert_one_error_line(result, ["--track could not start Weights and Biases (UsageError", "WANDB_MODE=offline"])
+    assert os.listdir(tmp_path / "runs") == []

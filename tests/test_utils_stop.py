@@ -89,7 +89,7 @@ def test_a_signal_during_start_up_removes_the_fresh_run_folder_but_never_a_resum
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 130
     assert stderr_lines(stderr) == [
-        f"Ctrl-C during start-up: exiting before training began; removed its empty run folder {folder}"
+        f"Ctrl-C during start-up: exiting before training began; removed its run folder {folder}, where nothing was saved"
     ]
     assert os.listdir(runs) == []
     resumed = runs / "CartPole-v1__ppo__1__1"
