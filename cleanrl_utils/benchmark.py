@@ -101,6 +101,9 @@ def check_interpreter(argv: list[str]) -> None:
             f"error: --command's interpreter {argv[0]!r} cannot import cleanrl_utils (it is not this project's "
             f"environment); give this environment's interpreter instead, e.g. {ours}"
         )
+    script = next((arg for arg in argv[1:] if not arg.startswith("-")), None)
+    if script is not None and script.endswith(".py") and not os.path.isfile(script):  # trial 15: each run failed
+        sys.exit(f"error: --command's script {script!r} does not exist (from {os.getcwd()})")
 
 
 def check_no_repeats(flag: str, values: list) -> None:
@@ -295,6 +298,8 @@ def main() -> None:
         sys.exit(f"error: --workers must be a positive integer, got {args.workers}")
     if not args.env_ids or not args.seeds:
         sys.exit("error: need at least one --env-ids and one --seeds value")
+    if empty := [env_id for env_id in args.env_ids if not env_id.strip()]:  # trial 15: each run failed on its own
+        sys.exit(f"error: --env-ids holds an empty id ({empty[0]!r}); give ids such as CartPole-v1")
     check_no_repeats("--env-ids", args.env_ids)
     check_no_repeats("--seeds", args.seeds)
     runs = plan_runs(args.command, args.env_ids, args.seeds, args.log_dir)

@@ -157,9 +157,11 @@ def bad_values(record: dict) -> str | None:
     for key in ("script", "exp_name", "env_id", "cpu"):
         if key in record and not (isinstance(record[key], str) and record[key]):
             return f"{key} = {record[key]!r}, not a non-empty string"
-    for key in ("seed", "total_timesteps"):
+    for key in ("seed", "total_timesteps", "final_episodes"):
         if key in record and not (isinstance(record[key], int) and not isinstance(record[key], bool)):
             return f"{key} = {record[key]!r}, not an integer"
+    if record.get("final_episodes", 0) < 0:  # trial 15: -3 was accepted
+        return f"final_episodes = {record['final_episodes']!r}, a negative count"
     if "total_timesteps" in record and not 0 < record["total_timesteps"] <= MAX_BUDGET:
         return f"total_timesteps = {record['total_timesteps']!r}, not in 1..{MAX_BUDGET:.0e}"
     # trial 14: a negative CPU time showed as "-207.0" minutes; a return of 1e308 overflowed the std, pages written

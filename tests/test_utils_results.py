@@ -308,6 +308,8 @@ def reversed_steps(text: str, curve: str) -> str:
         (lambda good: edited(good, total_timesteps=10**30), "total_timesteps = 1000000000000000000000000000000, not in"),
         (lambda good: edited(good, final_return=1e308), "final_return = 1e+308, past +-1e+12"),
         (lambda good: edited(good, test_curve={"step": [50_000_000, 100_000_000], "return": [1.0, 2.0]}), "steps outside"),
+        # trial 15: a negative episode count was accepted
+        (lambda good: edited(good, final_episodes=-3), "final_episodes = -3, a negative count"),
     ],
 )
 def test_a_damaged_record_is_one_line_naming_it_and_nothing_is_written(tmp_path, content, fragment):

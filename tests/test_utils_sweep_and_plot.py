@@ -242,6 +242,19 @@ def test_an_empty_or_unparsable_command_gives_one_line(command, expected):
     assert result.returncode == 1 and result.stderr.strip() == expected  # was: IndexError
 
 
+@pytest.mark.parametrize(
+    "args, expected",
+    [  # trial 15: each run failed on its own and the sweep exited 1 after starting them all
+        (["--command", f"{sys.executable} cleanrl/nosuch.py"], "error: --command's script 'cleanrl/nosuch.py' does not exist"),
+        (["--env-ids", "", "--command", f"{sys.executable} cleanrl/ppo.py"], "error: --env-ids holds an empty id ('')"),
+    ],
+)
+def test_a_missing_script_or_an_empty_env_id_is_one_line_before_any_run(tmp_path, args, expected):
+    result = benchmark_cli(*args, "--seeds", "1", "--log-dir", str(tmp_path / "logs"))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and result.stderr.startswith(expected), result.stderr
+    assert not (tmp_path / "logs").exists()
+
+
 def test_an_interpreter_that_cannot_import_the_project_gives_one_line_before_any_run(tmp_path):
     """Trial 3, D13: `--command "python cleanrl/ppo.py ..."` outside the activated environment failed every run with
     ModuleNotFoundError, each in its own log ("4 of 4 runs failed")."""
