@@ -177,6 +177,9 @@ def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = No
     if args.track:
         import wandb
 
+        # A login with no network answer retried for minutes (trial 16): give up after WANDB_INIT_TIMEOUT seconds
+        # (30 unless set) with one line. wandb's own files go into the run folder, not the current one.
+        timeout = float(os.environ.get("WANDB_INIT_TIMEOUT", 30))
         try:
             wandb.init(
                 project=args.wandb_project_name,
@@ -185,13 +188,15 @@ def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = No
                 config=vars(args),
                 name=run_name,
                 save_code=True,
+                dir=run_dir,
+                settings=wandb.Settings(init_timeout=timeout),
             )
         except Exception as error:  # wandb's UsageError (no login), CommError (no network), ...: before any training
             first_line = " ".join(str(error).split())[:200]
             sys.exit(
-                f"error: --track could not start Weights and Biases ({type(error).__name__}: {first_line})"
-                f"{remove_fresh_run_folder()}: run `wandb login`, set WANDB_API_KEY, or WANDB_MODE=offline to log "
-                "locally (or leave out --track)"
+                f"error: --track could not start Weights and Biases within {timeout:g} s ({type(error).__name__}: "
+                f"{first_line}){remove_fresh_run_folder()}: run `wandb login`, set WANDB_API_KEY, raise "
+                "WANDB_INIT_TIMEOUT on a slow network, or set WANDB_MODE=offline to log locally (or leave out --track)"
             )
     from torch.utils.tensorboard import SummaryWriter
 

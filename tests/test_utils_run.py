@@ -461,5 +461,24 @@ def test_track_without_a_wandb_login_is_one_line_and_leaves_no_run_folder(tmp_pa
     command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--total-timesteps", "256", "--num-envs", "2"]
     command += ["--num-steps", "64", "--track", "--log-dir", str(tmp_path / "runs")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
-    assert_one_error_line(result, ["--track could not start Weights and Biases (UsageError", "WANDB_MODE=offline"])
+    assert_one_error_line(result, ["--track could not start Weights and Biases within 30 s (UsageError", "WANDB_MODE=offline"])
     assert os.listdir(tmp_path / "runs") == []
+
+
+def test_track_with_a_key_but_no_answer_gives_up_in_one_line_and_leaves_nothing(tmp_path):
+    """Trial 16, T3: a W&B key with no network answer retried until `timeout` killed the run at 120 s; wandb's own
+    files went into the current folder. Now WANDB_INIT_TIMEOUT bounds the wait, and wandb writes into the run folder,
+    which goes with it. (Where the network answers, the fake key is refused: the same one line.)"""
+    for folder in ("home", "cwd"):
+        (tmp_path / folder).mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
+    env |= {"HOME": str(tmp_path / "home"), "WANDB_API_KEY": "a" * 40, "WANDB_INIT_TIMEOUT": "5", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--total-timesteps", "256", "--num-envs", "2"]
+    command += ["--num-steps", "64", "--track", "--log-dir", str(tmp_path / "runs")]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL, cwd=tmp_path / "cwd"
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]  # after wandb's own "wandb: ..." lines
+    assert last.startswith("error: --track could not start Weights and Biases within 5 s ("), last
+    assert os.listdir(tmp_path / "runs") == [] and os.listdir(tmp_path / "cwd") == []
