@@ -197,6 +197,9 @@ def bad_values(record: dict) -> str | None:
     return None
 
 
+SCRIPTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cleanrl")
+
+
 def load_records(results_dir: str) -> list[dict]:
     """Every run record; one whose exp_name, env_id or seed is not where it sits (records/<exp_name>/<env_id>__<seed>
     .json) is refused in one line (trial 14: an edited exp_name counted the run in another cell, with its figures),
@@ -210,6 +213,16 @@ def load_records(results_dir: str) -> list[dict]:
             sys.exit(
                 f"error: the record {path!r} says it is {says[0]}/{says[1]}; a record sits at "
                 "records/<exp_name>/<env_id>__<seed>.json (restore it from git)"
+            )
+        # its published figures are its script's (trial 16: a cell of records all naming PPO, or no script at all,
+        # was read with PPO's figures or none, exit 0): the script exists, and is the one its own command ran
+        script = record["script"]
+        if not os.path.isfile(os.path.join(SCRIPTS_DIR, f"{script}.py")):
+            sys.exit(f"error: the record {path!r} names the script {script!r}, which cleanrl/ does not hold (restore it)")
+        if "command" in record and f"cleanrl/{script}.py" not in str(record["command"]):
+            sys.exit(
+                f"error: the record {path!r} names the script {script!r}, but its command ran another: "
+                f"{str(record['command'])[:120]!r} (restore it from git)"
             )
         records.append(record)
     scripts = {}  # exp_name -> {script: [record paths]}: a campaign cell is one script's runs

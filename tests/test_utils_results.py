@@ -310,6 +310,14 @@ def reversed_steps(text: str, curve: str) -> str:
         (lambda good: edited(good, test_curve={"step": [50_000_000, 100_000_000], "return": [1.0, 2.0]}), "steps outside"),
         # trial 15: a negative episode count was accepted
         (lambda good: edited(good, final_episodes=-3), "final_episodes = -3, a negative count"),
+        # trial 16: every record of a cell naming no script, or another one, read with other published figures, exit 0
+        (lambda good: edited(good, script="nosuch_script"), "names the script 'nosuch_script', which cleanrl/ does not"),
+        (
+            lambda good: edited(
+                good, script="ppo_continuous_action_envpool", command="python cleanrl/a2c_continuous_action_envpool.py"
+            ),
+            "names the script 'ppo_continuous_action_envpool', but its command ran another",
+        ),
     ],
 )
 def test_a_damaged_record_is_one_line_naming_it_and_nothing_is_written(tmp_path, content, fragment):
