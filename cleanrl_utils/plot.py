@@ -336,8 +336,14 @@ def main() -> None:
         print(note)
     if not runs:
         sys.exit(f"error: no run under {args.log_dir!r} finished (--include-unfinished plots unfinished ones too)")
+    import matplotlib.pyplot  # noqa: F401  loaded before anything is written: under a memory limit it is what fails
+
+    if not os.path.isdir(args.output_dir):  # made here: gone again at exit if nothing was drawn into it
+        import atexit
+
+        atexit.register(lambda: os.rmdir(args.output_dir) if not os.listdir(args.output_dir) else None)
     os.makedirs(args.output_dir, exist_ok=True)
-    LEFT_BEHIND.append(f"{args.output_dir} holds the plots drawn so far, the last one possibly cut short")
+    LEFT_BEHIND.append(f"{args.output_dir} holds the plots drawn so far, if any, the last one possibly cut short")
     envs = sorted({run.env_id for run in runs})
     for env_id in envs:
         path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file

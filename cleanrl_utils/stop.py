@@ -152,7 +152,7 @@ def remove_fresh_run_folder() -> str:
 
 
 def refused_memory_in_one_line(kind, error, traceback) -> None:
-    """sys.excepthook of a training run: the machine refusing memory or threads (a `ulimit -v`, a container's limit,
+    """sys.excepthook of a training run and of the tools: the machine refusing memory or threads (a `ulimit -v`, a container's limit,
     a machine out of threads) is one line naming the limit, not a traceback, and a fresh run folder with no checkpoint
     in it is removed (trial 15, S1: tracebacks from torch's and EnvPool's imports, from MuJoCo's engine, and empty run
     folders left). Anything else is the default traceback."""
@@ -164,10 +164,10 @@ def refused_memory_in_one_line(kind, error, traceback) -> None:
     limited_import = isinstance(error, ImportError) and address_space_limited()
     if not (refused_memory(error) or limited_import):
         return sys.__excepthook__(kind, error, traceback)
-    first_line = " ".join(str(error).split())[:200]
+    said = " ".join(str(error).split())[:200]
     sys.stderr.write(
-        f"error: the machine refused memory or threads ({address_space_limit()}; {kind.__name__}: {first_line})"
-        f"{remove_fresh_run_folder()}: retry with more memory (ulimit -v, a container's limit), smaller settings, or fewer runs at once\n"
+        f"error: the machine refused memory or threads ({address_space_limit()}; {kind.__name__}"
+        f"{': ' + said if said else ''}){remove_fresh_run_folder()}{''.join('; ' + left for left in LEFT_BEHIND)}: retry with more memory (ulimit -v, a container's limit), smaller settings, or fewer runs at once\n"
     )
 
 
@@ -179,6 +179,7 @@ def exit_at_once_on_signals() -> None:
     import sys
 
     check_address_space(MIN_ADDRESS_SPACE, "a training script (PyTorch or JAX, EnvPool or Gymnasium)")
+    one_blas_thread_under_a_memory_limit()
     sys.excepthook = refused_memory_in_one_line
     if not isinstance(sys.stdout, OutputThatOutlivesItsReader):
         sys.stdout = OutputThatOutlivesItsReader(sys.stdout)
@@ -213,11 +214,24 @@ def end_quietly_when_the_reader_goes() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
+def one_blas_thread_under_a_memory_limit() -> None:
+    """Under an address-space limit, numpy's OpenBLAS gets one thread (unless OPENBLAS_NUM_THREADS is set): its
+    per-thread buffers did not fit under `ulimit -v 400000` and it exited with its own line, or (300000) retried in C
+    for minutes, deaf to signals (trial 16, T1). Before numpy loads; torch's and JAX's threads are not affected."""
+    if address_space_limited():
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def exit_tool_on_signals(tool: str) -> None:
     """A command-line tool (evaluate, plot, results): Ctrl-C or SIGTERM exits at once (exit code 128 + signal
     number) with one line that names the tool and what it leaves (`LEFT_BEHIND`), never a KeyboardInterrupt
-    traceback. Installed before the tool's heavy imports, so it holds during start-up too."""
+    traceback. Installed before the tool's heavy imports, so it holds during start-up too, as does one BLAS thread
+    under a memory limit."""
 
+    import sys
+
+    one_blas_thread_under_a_memory_limit()
+    sys.excepthook = refused_memory_in_one_line  # trial 16: plot under `ulimit -v 300000`, a MemoryError traceback
     end_quietly_when_the_reader_goes()
     signals_seen = itertools.count()  # one C call: of a signal and its launcher's copy, exactly one call sees 0
 

@@ -395,7 +395,7 @@ BAD_INPUT += [
     # a minibatch of one row: its advantage std is NaN, which used to be reported as divergence
     (["--num-envs", "1", "--num-steps", "8", "--num-minibatches", "8", "--total-timesteps", "64"], ["at least 2 rows"]),
     (["--num-steps", "1000000000"], ["--total-timesteps 500000", "smaller than one rollout"]),
-    (["--num-steps", "10000000000", "--total-timesteps", "10000000000000000"], ["rollout storage", "GiB", "--num-steps"]),
+    (["--num-steps", "10000000000", "--total-timesteps", "1000000000000"], ["rollout storage", "GiB", "--num-steps"]),
 ]
 
 

@@ -598,3 +598,49 @@ def test_a_training_run_whose_stdout_reader_goes_trains_on_and_saves(tmp_path):
     assert result.returncode == 0 and "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
     (run_dir,) = os.listdir(tmp_path)
     assert os.path.exists(tmp_path / run_dir / "checkpoint.pt")
+
+
+def test_under_a_memory_limit_numpys_blas_gets_one_thread_unless_set():
+    """Trial 16, T1: OpenBLAS's per-thread buffers did not fit under `ulimit -v 400000` (its own line, exit 1) or
+    retried in C for minutes, deaf to signals; under a limit the tools and scripts give it one thread."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (8 * 2**30, resource.RLIM_INFINITY))
+
+    code = "import os; from cleanrl_utils.stop import exit_tool_on_signals; exit_tool_on_signals('x'); "
+    code += "print(os.environ.get('OPENBLAS_NUM_THREADS'))"
+    env = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
+    run = lambda **kw: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, **kw)  # noqa: E731
+    assert run(env=env, preexec_fn=limit).stdout.strip() == "1"
+    assert run(env=env).stdout.strip() == "None"  # no limit: numpy's default
+    assert run(env={**env, "OPENBLAS_NUM_THREADS": "2"}, preexec_fn=limit).stdout.strip() == "2"  # the user's own
+
+
+@pytest.mark.parametrize("limit_kib", [300_000, 400_000])
+def test_plot_under_a_tight_memory_limit_plots_or_says_so_in_one_line(tmp_path, limit_kib):
+    """Trial 16, T1: `ulimit -v 400000` gave OpenBLAS's line and an empty output folder; 300000 a MemoryError
+    traceback. Whichever happens on this machine: the plot, or one line with nothing written, never a traceback."""
+    import resource
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "runs" / "CartPole-v1__ppo__1__1"))
+    for step in range(1, 6):
+        writer.add_scalar("charts/episodic_return", float(step), step * 100)
+    writer.close()
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_kib * 1024, resource.RLIM_INFINITY))
+
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(tmp_path / "runs"), "--output-dir", str(out)]
+    command += ["--include-unfinished"]
+    env = {key: value for key, value in os.environ.items() if key not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, preexec_fn=limit, env=env, timeout=120)
+    if result.returncode == 0:
+        assert (out / "summary.md").exists()
+    else:
+        assert stderr_lines(result.stderr)[-1:] == stderr_lines(result.stderr), result.stderr
+        assert result.stderr.startswith("error: the machine refused memory or threads (ulimit -v: "), result.stderr
+        assert not out.exists() or (os.listdir(out) and "holds the plots drawn so far" in result.stderr)
