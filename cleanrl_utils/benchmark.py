@@ -302,6 +302,8 @@ def main() -> None:
         sys.exit(f"error: --env-ids holds an empty id ({empty[0]!r}); give ids such as CartPole-v1")
     check_no_repeats("--env-ids", args.env_ids)
     check_no_repeats("--seeds", args.seeds)
+    if bad := [seed for seed in args.seeds if not 0 <= seed <= 2**31 - 1]:  # trial 16: each run failed on its own
+        sys.exit(f"error: --seeds must be in 0..2,147,483,647 (the scripts' --seed range), got {bad[0]}")
     runs = plan_runs(args.command, args.env_ids, args.seeds, args.log_dir)
     check_interpreter(runs[0].argv)
     check_writable_dir(args.log_dir, "--log-dir")

@@ -79,8 +79,9 @@ def check_run_args(args) -> None:
         if spacing < least:
             sys.exit(
                 f"error: --v-min {args.v_min}, --v-max {args.v_max} and --n-atoms {args.n_atoms} put the atoms "
-                f"{spacing:.3g} apart, too close for float32 at this scale (one float32 step is {step:.3g}; the atoms "
-                f"must be at least 100 steps, {least:.3g}, apart): widen the support or use fewer atoms"
+                f"{spacing:.3g} apart, too close for float32 at this scale (one float32 step at max(1, |v-min|, "
+                f"|v-max|) is {step:.3g}; the atoms must be at least 100 steps, {least:.3g}, apart): widen the support "
+                "or use fewer atoms"
             )
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")

@@ -367,8 +367,12 @@ def evaluate_kept_checkpoints(run_dir: str, args: EvalArgs) -> tuple[int, float]
     and mean return of the best."""
     kept = kept_checkpoints(run_dir)
     if not kept:
+        # trial 16: the line did not point at what the folder does hold
+        held = sorted(n for n in os.listdir(run_dir) if n.endswith(".cleanrl_model") or n.startswith("checkpoint."))
+        instead = f"; give one of its files instead: {', '.join(os.path.join(run_dir, n) for n in held)}" if held else ""
         sys.exit(
-            f"error: --model-path {run_dir!r} is a folder without kept checkpoints (checkpoint-<step>.pt or .msgpack, written by a run with --keep-checkpoints)"
+            f"error: --model-path {run_dir!r} is a folder without kept checkpoints (checkpoint-<step>.pt or .msgpack, "
+            f"written by a run with --keep-checkpoints){instead}"
         )
     best_step, best_mean = 0, -np.inf
     for step, path in kept:

@@ -112,13 +112,13 @@ def test_a_support_float32_places_to_a_percent_of_its_spacing_is_accepted():
         (
             {"v_min": 0.0, "v_max": 1e-45, "n_atoms": 51},
             "error: --v-min 0.0, --v-max 1e-45 and --n-atoms 51 put the atoms 2e-47 apart, too close for float32 at this "
-            "scale (one float32 step is 1.19e-07; the atoms must be at least 100 steps, 1.19e-05, apart): widen the "
+            "scale (one float32 step at max(1, |v-min|, |v-max|) is 1.19e-07; the atoms must be at least 100 steps, 1.19e-05, apart): widen the "
             "support or use fewer atoms",
         ),
         (
             {"v_min": 100_000.0, "v_max": 100_010.0, "n_atoms": 1001},
             "error: --v-min 100000.0, --v-max 100010.0 and --n-atoms 1001 put the atoms 0.01 apart, too close for float32 "
-            "at this scale (one float32 step is 0.0119; the atoms must be at least 100 steps, 1.19, apart): widen the "
+            "at this scale (one float32 step at max(1, |v-min|, |v-max|) is 0.0119; the atoms must be at least 100 steps, 1.19, apart): widen the "
             "support or use fewer atoms",
         ),
     ],

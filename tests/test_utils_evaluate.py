@@ -135,6 +135,9 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     (tmp_path / "run" / "checkpoint.pt").write_bytes(b"")  # the last checkpoint only: nothing was kept
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", str(tmp_path / "run")])
     one_line_exit(evaluate_module.main, "is a folder without kept checkpoints", "--keep-checkpoints")
+    (tmp_path / "run" / "ppo.cleanrl_model").write_bytes(b"")  # trial 16: the line points at what the folder holds
+    held = f"give one of its files instead: {tmp_path / 'run' / 'checkpoint.pt'}, {tmp_path / 'run' / 'ppo.cleanrl_model'}"
+    one_line_exit(evaluate_module.main, "is a folder without kept checkpoints", held)
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", str(tmp_path / "run"), "--capture-video"])
     one_line_exit(evaluate_module.main, "--capture-video films one model: give a file, not the folder")
 

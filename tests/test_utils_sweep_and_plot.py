@@ -247,10 +247,13 @@ def test_an_empty_or_unparsable_command_gives_one_line(command, expected):
     [  # trial 15: each run failed on its own and the sweep exited 1 after starting them all
         (["--command", f"{sys.executable} cleanrl/nosuch.py"], "error: --command's script 'cleanrl/nosuch.py' does not exist"),
         (["--env-ids", "", "--command", f"{sys.executable} cleanrl/ppo.py"], "error: --env-ids holds an empty id ('')"),
+        # trial 16: a negative seed started every run, each failing on its own
+        (["--command", f"{sys.executable} cleanrl/ppo.py", "--seeds", "-3"], "error: --seeds must be in 0..2,147,483,647"),
     ],
 )
 def test_a_missing_script_or_an_empty_env_id_is_one_line_before_any_run(tmp_path, args, expected):
-    result = benchmark_cli(*args, "--seeds", "1", "--log-dir", str(tmp_path / "logs"))
+    seeds = [] if "--seeds" in args else ["--seeds", "1"]
+    result = benchmark_cli(*args, *seeds, "--log-dir", str(tmp_path / "logs"))
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and result.stderr.startswith(expected), result.stderr
     assert not (tmp_path / "logs").exists()
 
