@@ -188,7 +188,7 @@ def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = No
                 config=vars(args),
                 name=run_name,
                 save_code=True,
-                dir=run_dir,
+                dir=os.environ.get("WANDB_DIR", run_dir),  # a WANDB_DIR of the user's own wins
                 settings=wandb.Settings(init_timeout=timeout),
             )
         except Exception as error:  # wandb's UsageError (no login), CommError (no network), ...: before any training
