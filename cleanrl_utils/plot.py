@@ -341,7 +341,14 @@ def main() -> None:
     if not os.path.isdir(args.output_dir):  # made here: gone again at exit if nothing was drawn into it
         import atexit
 
-        atexit.register(lambda: os.rmdir(args.output_dir) if not os.listdir(args.output_dir) else None)
+        def remove_if_empty():
+            try:
+                if not os.listdir(args.output_dir):
+                    os.rmdir(args.output_dir)
+            except OSError:  # out of memory even for this (ulimit -v 300000): the tool's line names the folder
+                pass
+
+        atexit.register(remove_if_empty)
     os.makedirs(args.output_dir, exist_ok=True)
     LEFT_BEHIND.append(f"{args.output_dir} holds the plots drawn so far, if any, the last one possibly cut short")
     envs = sorted({run.env_id for run in runs})
