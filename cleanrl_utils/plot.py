@@ -22,7 +22,7 @@ wall time, up to where the shortest seed ends. `summary.md` lists per script x e
 over seeds), best return (max of the mean curve) and SPS.
 """
 
-from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals
+from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals, map_blas_buffer_now
 
 if __name__ == "__main__":
     # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
@@ -220,11 +220,33 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     return (cumulative[idx] - cumulative[lo]) / (idx - lo)
 
 
+# Student-t 0.975 quantiles for 1..30 degrees of freedom (scipy.stats.t.ppf, 6 decimals); past 30 the Cornish-Fisher
+# expansion below is within 2e-8 of it. Not scipy itself: its OpenBLAS maps a buffer as it loads, and under a tight
+# `ulimit -v` (280000) it retried that forever in C, deaf to Ctrl-C and SIGTERM.
+T_975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157, 2.228139,
+         2.200985, 2.178813, 2.160369, 2.144787, 2.13145, 2.119905, 2.109816, 2.100922, 2.093024, 2.085963, 2.079614,
+         2.073873, 2.068658, 2.063899, 2.059539, 2.055529, 2.051831, 2.048407, 2.04523, 2.042272)  # fmt: skip
+
+
+def student_t_975(dof: np.ndarray) -> np.ndarray:
+    """The 0.975 quantile of Student's t with `dof` (>= 1) degrees of freedom: a 95% two-sided interval's factor."""
+    dof = np.asarray(dof)
+    z = 1.959963984540054  # the normal's 0.975 quantile
+    n = dof.astype(np.float64)
+    expansion = (
+        z
+        + (z**3 + z) / 4 / n
+        + (5 * z**5 + 16 * z**3 + 3 * z) / 96 / n**2
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384 / n**3
+        + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160 / n**4
+    )
+    table = np.asarray(T_975)[np.clip(dof, 1, 30) - 1]
+    return np.where(dof <= 30, table, expansion)
+
+
 def mean_and_band(xs: list[np.ndarray], ys: list[np.ndarray], grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean over runs on `grid` and the half-width of a 95% Student-t interval. A run counts at a
     grid point only inside its own x range."""
-    from scipy import stats
-
     curves = np.full((len(xs), len(grid)), np.nan)
     for i, (x, y) in enumerate(zip(xs, ys)):
         inside = (grid >= x[0]) & (grid <= x[-1])
@@ -234,7 +256,7 @@ def mean_and_band(xs: list[np.ndarray], ys: list[np.ndarray], grid: np.ndarray) 
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns outside every run's range
         mean = np.nanmean(curves, axis=0)
         std = np.nanstd(curves, axis=0, ddof=1)
-    half_width = np.where(count > 1, stats.t.ppf(0.975, np.maximum(count - 1, 1)) * std / np.sqrt(count), 0.0)
+    half_width = np.where(count > 1, student_t_975(np.maximum(count - 1, 1)) * std / np.sqrt(count), 0.0)
     return mean, half_width, count
 
 
@@ -338,14 +360,17 @@ def main() -> None:
         sys.exit(f"error: no run under {args.log_dir!r} finished (--include-unfinished plots unfinished ones too)")
     import matplotlib.pyplot  # noqa: F401  loaded before anything is written: under a memory limit it is what fails
 
+    map_blas_buffer_now()  # before the folder is made: a refusal is then one line with nothing written
+
     if not os.path.isdir(args.output_dir):  # made here: gone again at exit if nothing was drawn into it
         import atexit
 
         def remove_if_empty():
+            # rmdir alone, no listdir: it refuses a folder that holds anything (ENOTEMPTY), and needs no buffer, where
+            # listdir's opendir failed with ENOMEM under `ulimit -v 300000` and left the empty folder behind
             try:
-                if not os.listdir(args.output_dir):
-                    os.rmdir(args.output_dir)
-            except OSError:  # out of memory even for this (ulimit -v 300000): the tool's line names the folder
+                os.rmdir(args.output_dir)
+            except (OSError, MemoryError):  # not empty, or gone: the tool's line names the folder
                 pass
 
         atexit.register(remove_if_empty)

@@ -222,6 +222,24 @@ def one_blas_thread_under_a_memory_limit() -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def map_blas_buffer_now() -> None:
+    """Under an address-space limit, numpy's OpenBLAS maps its work buffer (about 34 MiB) here, or the machine's
+    refusal is the excepthook's one line. Mapped later, mid-work, a refusal is OpenBLAS's own line and a C `exit(1)`
+    that no Python code sees (`ulimit -v 320000`: blas_memory_alloc under dgesv under matplotlib's transform inverse,
+    an empty plot folder left behind). With one BLAS thread the buffer, once mapped, is reused by every later call."""
+    if not address_space_limited():
+        return
+    import mmap
+
+    import numpy as np
+
+    try:
+        mmap.mmap(-1, 64 * 2**20).close()  # twice the buffer: room for it and for what numpy maps around the call
+    except OSError as error:
+        raise MemoryError("OpenBLAS's work buffer (about 34 MiB) does not fit") from error
+    np.linalg.inv(np.eye(2))  # dgesv: OpenBLAS maps the buffer on its first call
+
+
 def exit_tool_on_signals(tool: str) -> None:
     """A command-line tool (evaluate, plot, results): Ctrl-C or SIGTERM exits at once (exit code 128 + signal
     number) with one line that names the tool and what it leaves (`LEFT_BEHIND`), never a KeyboardInterrupt

@@ -617,10 +617,12 @@ def test_under_a_memory_limit_numpys_blas_gets_one_thread_unless_set():
     assert run(env={**env, "OPENBLAS_NUM_THREADS": "2"}, preexec_fn=limit).stdout.strip() == "2"  # the user's own
 
 
-@pytest.mark.parametrize("limit_kib", [300_000, 400_000])
+@pytest.mark.parametrize("limit_kib", [200_000, 220_000, 280_000, 300_000, 320_000, 400_000])
 def test_plot_under_a_tight_memory_limit_plots_or_says_so_in_one_line(tmp_path, limit_kib):
     """Trial 16, T1: `ulimit -v 400000` gave OpenBLAS's line and an empty output folder; 300000 a MemoryError
-    traceback. Whichever happens on this machine: the plot, or one line with nothing written, never a traceback."""
+    traceback. Then 320000: OpenBLAS's C exit(1) mid-plot, an empty folder left; 280000: scipy's OpenBLAS retrying its
+    buffer forever as it loaded. Whichever happens on this machine: the plot, or one line with nothing written, never
+    a traceback, another library's line or a hang."""
     import resource
 
     from torch.utils.tensorboard import SummaryWriter
@@ -637,7 +639,7 @@ def test_plot_under_a_tight_memory_limit_plots_or_says_so_in_one_line(tmp_path, 
     command = [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(tmp_path / "runs"), "--output-dir", str(out)]
     command += ["--include-unfinished"]
     env = {key: value for key, value in os.environ.items() if key not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, preexec_fn=limit, env=env, timeout=120)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, preexec_fn=limit, env=env, timeout=60)
     if result.returncode == 0:
         assert (out / "summary.md").exists()
     else:

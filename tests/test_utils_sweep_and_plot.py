@@ -128,6 +128,19 @@ def test_moving_average_and_band():
     assert (count == 2).all()
 
 
+def test_the_t_quantile_matches_scipy_for_every_number_of_seeds():
+    """plot computes Student's t itself (scipy's OpenBLAS spun forever under a tight memory limit): the table and the
+    expansion past 30 degrees of freedom agree with scipy, and plot does not load scipy."""
+    from scipy import stats
+
+    from cleanrl_utils.plot import student_t_975
+
+    dof = np.arange(1, 2001)
+    np.testing.assert_allclose(student_t_975(dof), stats.t.ppf(0.975, dof), rtol=1e-6)
+    code = "import sys, cleanrl_utils.plot as p, numpy as np; p.mean_and_band([np.arange(3.0)] * 3, [np.arange(3.0)] * 3, np.arange(3.0)); print(any(m.startswith('scipy') for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO).stdout == "False\n"
+
+
 def test_plot_writes_pngs_and_summary(tmp_path):
     log_dir = tmp_path / "runs"
     steps = np.arange(1, 101) * 1000
