@@ -22,7 +22,7 @@ wall time, up to where the shortest seed ends. `summary.md` lists per script x e
 over seeds), best return (max of the mean curve) and SPS.
 """
 
-from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals, map_blas_buffer_now
+from cleanrl_utils.stop import exit_tool_on_signals, make_output_dir, map_blas_buffer_now
 
 if __name__ == "__main__":
     # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
@@ -362,20 +362,7 @@ def main() -> None:
 
     map_blas_buffer_now()  # before the folder is made: a refusal is then one line with nothing written
 
-    if not os.path.isdir(args.output_dir):  # made here: gone again at exit if nothing was drawn into it
-        import atexit
-
-        def remove_if_empty():
-            # rmdir alone, no listdir: it refuses a folder that holds anything (ENOTEMPTY), and needs no buffer, where
-            # listdir's opendir failed with ENOMEM under `ulimit -v 300000` and left the empty folder behind
-            try:
-                os.rmdir(args.output_dir)
-            except (OSError, MemoryError):  # not empty, or gone: the tool's line names the folder
-                pass
-
-        atexit.register(remove_if_empty)
-    os.makedirs(args.output_dir, exist_ok=True)
-    LEFT_BEHIND.append(f"{args.output_dir} holds the plots drawn so far, if any, the last one possibly cut short")
+    make_output_dir(args.output_dir, holds="the plots drawn so far, if any, the last one possibly cut short")
     envs = sorted({run.env_id for run in runs})
     for env_id in envs:
         path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file

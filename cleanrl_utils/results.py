@@ -16,7 +16,7 @@ Aggregates over tasks use rliable: IQM and optimality gap of scores normalised b
 bootstrap 95% CIs, and a performance profile.
 """
 
-from cleanrl_utils.stop import exit_tool_on_signals
+from cleanrl_utils.stop import exit_tool_on_signals, make_output_dir, map_blas_buffer_now
 
 if __name__ == "__main__":
     # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
@@ -651,10 +651,17 @@ def main() -> None:
         if problem:
             sys.exit(f"error: --docs page {page!r} {problem}")
     check_writable_dir(args.results_dir, "--results-dir")  # summary.csv goes there
-    check_writable_dir(args.output_dir, "--output-dir")
+    check_writable_dir(args.output_dir, "--output-dir", keep=False)  # made only when written: a refusal leaves none
     published = load_published(os.path.join(args.results_dir, "published.csv"))
     groups = group_records(records)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401  loaded before anything is written: under a memory limit it is what fails
+
+    map_blas_buffer_now()  # under a limit: OpenBLAS's buffer now, or one line with nothing written (its C exit(1))
     write_summary_csv(args.results_dir)
+    make_output_dir(args.output_dir, holds="the tables and figures written so far (the docs pages are untouched)")
     machines = sorted({r["cpu"] for r in records})
     everything = sorted({r["exp_name"] for r in records})
     with open(os.path.join(args.output_dir, "tables.md"), "w") as file:

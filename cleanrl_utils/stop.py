@@ -112,6 +112,21 @@ def refused_memory(error: BaseException) -> bool:
     return False
 
 
+# Words that mean the machine refused memory only when an address-space limit is set: Pillow's PNG encoder says
+# "codec configuration error" when zlib's deflateInit2 fails, which under `ulimit -v` is Z_MEM_ERROR (trial 17, U1).
+REFUSAL_SIGNS_UNDER_A_LIMIT = ("codec configuration error",)
+
+
+def refused_under_a_limit(error: BaseException) -> bool:
+    if not address_space_limited():
+        return False
+    while error is not None:
+        if any(sign in str(error).lower() for sign in REFUSAL_SIGNS_UNDER_A_LIMIT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def address_space_limited() -> bool:
     import resource
 
@@ -162,7 +177,7 @@ def refused_memory_in_one_line(kind, error, traceback) -> None:
     # failed for memory can leave a half-made module behind, and the next import from it fails with "cannot import
     # name" (torch._dynamo at `ulimit -v 1300000`), the refusal's own words swallowed inside the library.
     limited_import = isinstance(error, ImportError) and address_space_limited()
-    if not (refused_memory(error) or limited_import):
+    if not (refused_memory(error) or limited_import or refused_under_a_limit(error)):
         return sys.__excepthook__(kind, error, traceback)
     said = " ".join(str(error).split())[:200]
     sys.stderr.write(
@@ -238,6 +253,29 @@ def map_blas_buffer_now() -> None:
     except OSError as error:
         raise MemoryError("OpenBLAS's work buffer (about 34 MiB) does not fit") from error
     np.linalg.inv(np.eye(2))  # dgesv: OpenBLAS maps the buffer on its first call
+
+
+def make_output_dir(path: str, holds: str) -> None:
+    """A tool's output folder, made just before its first write. Should the tool then stop (a signal, the machine
+    refusing memory), its line says what the folder holds (`holds`); the folders this call made are removed at exit
+    if nothing was written into them (trial 16, T1 and trial 17, U1: empty and half-named folders left behind)."""
+    import atexit
+
+    made, parent = [], os.path.abspath(path)
+    while not os.path.exists(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
+
+    def remove_if_empty():
+        for folder in made:  # deepest first
+            try:  # rmdir alone refuses a folder holding anything (ENOTEMPTY); listdir's opendir got ENOMEM at 300000
+                os.rmdir(folder)
+            except (OSError, MemoryError):
+                return
+
+    atexit.register(remove_if_empty)
+    os.makedirs(path, exist_ok=True)
+    LEFT_BEHIND.append(f"{path} holds {holds}")
 
 
 def exit_tool_on_signals(tool: str) -> None:

@@ -35,6 +35,21 @@ def wait_for(process: subprocess.Popen, text: str) -> str:
     raise AssertionError(f"child ended before printing {text!r}: {seen}{process.stderr.read()}")
 
 
+def finish(process: subprocess.Popen) -> tuple[str, str]:
+    """communicate(), and where the child has not exited within a minute, its state in the failure: a fresh-clone
+    suite at 03dd8f9 saw one child write nothing for 20 s after its SIGINT, and the state says where it waited."""
+    try:
+        return process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        with open(f"/proc/{process.pid}/status") as file:
+            state = [line.strip() for line in file if line.startswith(("State", "Sig", "Shd", "Threads"))]
+        with open(f"/proc/{process.pid}/wchan") as file:
+            state.append(f"wchan: {file.read()}")
+        process.kill()
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"the child did not exit: {state}; stdout {stdout!r}; stderr {stderr!r}") from None
+
+
 def stderr_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 
@@ -54,7 +69,7 @@ def test_a_signal_during_start_up_exits_at_once_with_one_line(signum, name):
     process = start(STARTUP)
     wait_for(process, "ready")
     process.send_signal(signum)
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = finish(process)
     assert process.returncode == 128 + signum
     assert "still running" not in stdout
     assert stderr_lines(stderr) == [f"{name} during start-up: exiting before training began"]
@@ -86,7 +101,7 @@ def test_a_signal_during_start_up_removes_the_fresh_run_folder_but_never_a_resum
     folder = wait_for(process, "run folder:").split("run folder: ")[1].strip()
     assert os.path.isdir(folder)
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=20)
+    _, stderr = finish(process)
     assert process.returncode == 130
     assert stderr_lines(stderr) == [
         f"Ctrl-C during start-up: exiting before training began; removed its run folder {folder}, where nothing was saved"
@@ -104,7 +119,7 @@ def test_a_signal_during_start_up_removes_the_fresh_run_folder_but_never_a_resum
     )
     wait_for(process, "run folder:")
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=20)
+    _, stderr = finish(process)
     assert stderr_lines(stderr) == ["Ctrl-C during start-up: exiting before training began"]
     assert os.listdir(resumed) == ["checkpoint.pt"]
 
@@ -190,7 +205,7 @@ def test_the_first_signal_in_training_stops_after_the_iteration_with_exit_0(sign
     process = start(TRAINING)
     wait_for(process, "ready")
     process.send_signal(signum)
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = finish(process)
     assert process.returncode == 0, stderr
     assert "saved and stopped after iteration" in stdout
     assert stderr_lines(stderr) == [
@@ -207,7 +222,7 @@ def test_a_signal_forwarded_at_once_is_the_same_stop_not_a_second(second):
     wait_for(process, "ready")
     process.send_signal(signal.SIGINT)
     process.send_signal(second)
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = finish(process)
     assert process.returncode == 0 and "saved" in stdout, stderr
     assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"]
 
@@ -240,7 +255,7 @@ def test_a_copy_of_the_signal_landing_inside_its_own_handler_is_still_one_stop()
     )
     wait_for(process, "ready")
     process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = finish(process)
     assert process.returncode == 0 and "saved" in stdout, stderr
     assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"]
 
@@ -267,7 +282,7 @@ def test_a_signal_after_the_run_is_done_does_not_kill_it_on_its_way_out():
     )
     wait_for(process, "ready")
     process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = finish(process)
     assert process.returncode == 0 and "saved" in stdout, stderr
     assert stderr_lines(stderr) == [
         "SIGTERM: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"
@@ -295,7 +310,7 @@ def test_a_second_signal_aborts_at_once_without_saving(first, second):
     wait_for(process, "flag set")
     time.sleep(SAME_STOP_SECONDS + 0.2)  # sooner, it is the first signal forwarded (see below)
     process.send_signal(second)
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = finish(process)
     assert process.returncode == 128 + second
     assert "saved" not in stdout
     lines = stderr_lines(stderr)
@@ -341,7 +356,7 @@ def test_a_second_signal_during_a_save_removes_its_half_written_file(tmp_path):
     assert (tmp_path / "checkpoint.pt.tmp").stat().st_size == 1_000_000
     time.sleep(SAME_STOP_SECONDS + 0.2)
     process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = finish(process)
     assert process.returncode == 130 and "saved" not in stdout and "Traceback" not in stderr
     assert stderr_lines(stderr)[-1].endswith(
         "again: aborted without saving (removed the half-written checkpoint.pt.tmp; a checkpoint written before, if "
@@ -439,7 +454,7 @@ def run_gc_callback(mode: str) -> tuple[int, str, str]:
     )
     wait_for(process, "in gc callback")
     process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = finish(process)
     return process.returncode, stdout, stderr
 
 
@@ -511,7 +526,7 @@ def test_a_second_signal_after_the_stops_checkpoint_says_it_is_whole(tmp_path):
     wait_for(process, "saved; filming")
     time.sleep(SAME_STOP_SECONDS + 0.2)
     process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=20)
+    stdout, stderr = finish(process)
     assert process.returncode == 130 and "Traceback" not in stderr
     assert stderr_lines(stderr)[-1] == (
         f"Ctrl-C again: stopped at once; the checkpoint written after the first signal is whole: {path} "
@@ -539,7 +554,7 @@ def test_a_tool_stopped_by_a_signal_says_so_in_one_line(signum, name, moment):
     process = start(TOOL)
     wait_for(process, moment)
     process.send_signal(signum)
-    _, stderr = process.communicate(timeout=20)
+    _, stderr = finish(process)
     assert process.returncode == 128 + signum
     left = "; out/ holds what was written so far" if moment == "writing" else ""
     assert stderr_lines(stderr) == [f"{name}: cleanrl_utils.some_tool stopped{left}"]
@@ -573,7 +588,7 @@ def test_a_copy_of_the_signal_landing_while_the_exit_runs_adds_no_second_line(in
     )
     wait_for(process, "ready")
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=20)
+    _, stderr = finish(process)
     assert process.returncode == 128 + signal.SIGINT and stderr_lines(stderr) == [line], stderr
 
 
@@ -615,6 +630,66 @@ def test_under_a_memory_limit_numpys_blas_gets_one_thread_unless_set():
     assert run(env=env, preexec_fn=limit).stdout.strip() == "1"
     assert run(env=env).stdout.strip() == "None"  # no limit: numpy's default
     assert run(env={**env, "OPENBLAS_NUM_THREADS": "2"}, preexec_fn=limit).stdout.strip() == "2"  # the user's own
+
+
+@pytest.mark.parametrize("limit_kib", [180_000, 200_000, 220_000, 300_000])
+def test_results_under_a_tight_memory_limit_writes_or_says_so_in_one_line(tmp_path, limit_kib):
+    """Trial 17, U1: `ulimit -v 200000` gave two Pillow tracebacks ("codec configuration error": zlib refused memory)
+    and an output folder holding tables.md alone; 180000 OpenBLAS's own line; 220000 a half-made folder the line did
+    not mention. Whichever happens on this machine: every file, or one line, the docs page untouched, and no folder
+    left unless the line names what it holds."""
+    import resource
+    import shutil
+
+    shutil.copytree(os.path.join(REPO, "benchmark", "results"), tmp_path / "results")
+    shutil.copy(os.path.join(REPO, "docs", "ppo.md"), tmp_path / "ppo.md")
+    page = (tmp_path / "ppo.md").read_text()
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_kib * 1024, resource.RLIM_INFINITY))
+
+    out = tmp_path / "made" / "out"  # its parent is made too, and must go with it
+    command = [sys.executable, "-m", "cleanrl_utils.results", "--results-dir", str(tmp_path / "results")]
+    command += ["--output-dir", str(out), "--docs", str(tmp_path / "ppo.md")]
+    env = {key: value for key, value in os.environ.items() if key not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, preexec_fn=limit, env=env, timeout=120)
+    if result.returncode == 0:
+        assert (out / "tables.md").exists() and list(out.glob("*.png")), result.stdout
+    else:
+        assert stderr_lines(result.stderr)[-1:] == stderr_lines(result.stderr), result.stderr
+        assert result.stderr.startswith("error: the machine refused memory or threads (ulimit -v: "), result.stderr
+        assert (tmp_path / "ppo.md").read_text() == page
+        if "holds the tables and figures written so far" not in result.stderr:
+            assert not (tmp_path / "made").exists(), os.listdir(tmp_path / "made")
+
+
+@pytest.mark.parametrize("limited", [True, False])
+def test_pillows_codec_error_is_the_machine_refusing_memory_only_under_a_limit(limited):
+    """zlib's deflateInit2 failing under `ulimit -v` reaches the user as Pillow's "codec configuration error": one
+    line naming the limit there; with no limit the same words are not a memory problem, and keep their traceback."""
+    code = """
+        import resource, sys
+        if sys.argv[1] == "True":
+            resource.setrlimit(resource.RLIMIT_AS, (8 * 2**30, resource.RLIM_INFINITY))
+        from cleanrl_utils.stop import exit_tool_on_signals
+        exit_tool_on_signals("cleanrl_utils.some_tool")
+        try:
+            raise AttributeError("'_idat' object has no attribute 'fileno'")
+        except AttributeError as exc:
+            raise OSError("codec configuration error when writing image file") from exc
+        """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), str(limited)], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 1
+    if limited:
+        assert stderr_lines(result.stderr) == [
+            "error: the machine refused memory or threads (ulimit -v: 8,192 MiB; OSError: codec configuration error "
+            "when writing image file): retry with more memory (ulimit -v, a container's limit), smaller settings, or "
+            "fewer runs at once"
+        ]
+    else:
+        assert "Traceback" in result.stderr
 
 
 @pytest.mark.parametrize("limit_kib", [200_000, 220_000, 280_000, 300_000, 320_000, 400_000])
