@@ -52,6 +52,10 @@ def check_run_args(args) -> None:
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             sys.exit(f"error: {flag(name)} must be a finite number, got {value}")
+    # an empty --resume (an unset shell variable: --resume "$CKPT") is not "no resume": the run folder taken from it
+    # was the current folder's parent, and a fresh run overwrote the checkpoint.pt there (trial 17, U2)
+    if getattr(args, "resume", None) is not None and not args.resume.strip():
+        sys.exit(f"error: --resume {args.resume!r} is empty: name a checkpoint file, or leave --resume out for a fresh run")
     check_positive(args, "clip_coef", "max_grad_norm", "target_kl")  # target_kl: None = no early stop
     check_non_negative(args, "ent_coef", "vf_coef")
     if not 0 <= args.seed <= MAX_SEED:

@@ -51,7 +51,7 @@ class PlotArgs:
     smoothing_window: int = 20
     """episodes in the moving average of each run's curve"""
     grid_points: int = 200
-    """points of the common x grid the seeds are averaged on"""
+    """points of the common x grid the seeds are averaged on (2 to 100,000)"""
     include_unfinished: bool = False
     """also plot runs that did not reach their last iteration (flagged in the summary); by default they are left out"""
 
@@ -220,6 +220,9 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     return (cumulative[idx] - cumulative[lo]) / (idx - lo)
 
 
+MAX_GRID_POINTS = 100_000
+
+
 # Student-t 0.975 quantiles for 1..30 degrees of freedom (scipy.stats.t.ppf, 6 decimals); past 30 the Cornish-Fisher
 # expansion below is within 2e-8 of it. Not scipy itself: its OpenBLAS maps a buffer as it loads, and under a tight
 # `ulimit -v` (280000) it retried that forever in C, deaf to Ctrl-C and SIGTERM.
@@ -340,10 +343,12 @@ def main() -> None:
     args = tyro.cli(PlotArgs)
     if not os.path.isdir(args.log_dir):
         sys.exit(f"error: --log-dir {args.log_dir!r} is not a folder")
-    if args.smoothing_window <= 0 or args.grid_points < 2:
-        sys.exit(
-            f"error: need --smoothing-window > 0 and --grid-points >= 2, got {args.smoothing_window} and {args.grid_points}"
-        )
+    if args.smoothing_window <= 0:
+        sys.exit(f"error: --smoothing-window must be a positive number of episodes, got {args.smoothing_window}")
+    # the seeds' curves are held on the grid at once (trial 17, U3: 10^9 points grew to 26 GB and the kernel killed
+    # the tool with no line); a PNG shows a few hundred
+    if not 2 <= args.grid_points <= MAX_GRID_POINTS:
+        sys.exit(f"error: --grid-points must be in [2, {MAX_GRID_POINTS:,}], got {args.grid_points}")
     # first: a bad folder is one line, not a report then a line; it is made only once there is something to plot
     check_writable_dir(args.output_dir, "--output-dir", keep=False)
     notes: list[str] = []

@@ -111,6 +111,24 @@ def test_an_empty_log_dir_is_refused_not_read_as_the_current_folder(tmp_path, mo
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("script", ["ppo.py", "dqn_atari_envpool.py", "ppo_continuous_action_envpool_xla_jax.py"])
+def test_an_empty_resume_is_refused_not_read_as_the_folder_above(tmp_path, script):
+    """Trial 17, U2: `--resume ''` (an unset variable in `--resume "$CKPT"`) trained a fresh run into the parent of
+    the current folder and overwrote the checkpoint.pt there: another run's, when started from inside a run folder.
+    Now one line (check_run_args, which every script's validate_args calls), and nothing written anywhere."""
+    from helpers import assert_one_error_line
+
+    run_dir = tmp_path / "CartPole-v1__ppo__1__1700000000"
+    (run_dir / "videos").mkdir(parents=True)
+    (run_dir / "checkpoint.pt").write_bytes(b"another run's checkpoint")
+    command = [sys.executable, os.path.join(REPO, "cleanrl", script), "--resume", "", "--total-timesteps", "512"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=run_dir / "videos", env=env)
+    assert_one_error_line(result, ["--resume '' is empty: name a checkpoint file, or leave --resume out for a fresh run"])
+    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "videos"] and os.listdir(run_dir / "videos") == []
+    assert (run_dir / "checkpoint.pt").read_bytes() == b"another run's checkpoint"
+
+
 def test_check_writable_dir(tmp_path):
     check_writable_dir(str(tmp_path / "new" / "videos"), "--video-dir")  # made, and left clean
     assert os.listdir(tmp_path / "new" / "videos") == []

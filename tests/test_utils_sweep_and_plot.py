@@ -199,6 +199,24 @@ def test_plot_cli_errors(tmp_path):
     assert result.returncode != 0 and "no run under" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (["--grid-points", "1000000000"], "error: --grid-points must be in [2, 100,000], got 1000000000"),
+        (["--grid-points", "1"], "error: --grid-points must be in [2, 100,000], got 1"),
+        (["--smoothing-window", "0"], "error: --smoothing-window must be a positive number of episodes, got 0"),
+    ],
+)
+def test_plot_refuses_a_grid_or_window_it_cannot_draw_in_one_line(tmp_path, flags, line):
+    """Trial 17, U3: `--grid-points 1000000000` was taken; the curves on that grid grew to 26 GB and the kernel killed
+    the tool, no line, an empty output folder left. Each bound is one line, before anything is read or written."""
+    write_run(tmp_path / "runs", "CartPole-v1", "ppo", 1, np.arange(5.0), np.arange(1, 6) * 100, 100)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(tmp_path / "runs"), "--output-dir", str(out)]
+    result = subprocess.run([*command, *flags], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 1 and result.stderr.strip() == line and not out.exists(), result.stderr
+
+
 # ---- benchmark: runs that cannot start, empty commands, threads per run (issue 16, defects 15 and 7) ----
 
 
