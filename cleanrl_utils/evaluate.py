@@ -15,7 +15,7 @@ what training played, for a copied and changed script too. `--script` names anot
 file from before paths were recorded whose script is not in this clone's `cleanrl/`).
 """
 
-from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals, refused_memory
+from cleanrl_utils.stop import exit_tool_on_signals, make_output_dir, refused_memory
 
 if __name__ == "__main__":
     # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
@@ -337,8 +337,12 @@ def evaluate(
             f"error: --model-path {model_path!r} does not fit the network and env that {name} builds for "
             f"{env_id!r} ({type(error).__name__}: {first_line}); was it written by another script, or edited?"
         )
-    if video_dir:
-        os.makedirs(video_dir, exist_ok=True)
+    if video_dir:  # a stop before the first video removes it again, with the folders above it made for it
+        make_output_dir(
+            video_dir,
+            holds="the videos: each eval-episode-<n>.mp4 a whole episode, and the episodes the stop cut short as "
+            "eval-episode-<n>.partial.mp4",
+        )
     returns = play(player, episodes, video_dir)
     if video_dir and player.film_env_id:
         record_gymnasium_episodes(player.film_env_id, player.act, video_dir, episodes, seed)
@@ -427,10 +431,6 @@ def evaluate_as_asked(args: EvalArgs) -> None:
     if args.capture_video:
         video_dir = args.video_dir or os.path.join(os.path.dirname(os.path.abspath(args.model_path)), "videos")
         check_writable_dir(video_dir, "--video-dir", keep=False)  # made by evaluate(), after its own checks
-        LEFT_BEHIND.append(
-            f"the videos in {video_dir}: each eval-episode-<n>.mp4 a whole episode, and the episodes the stop cut "
-            "short as eval-episode-<n>.partial.mp4"
-        )
     returns = evaluate(
         args.model_path, args.episodes, args.seed, args.greedy, args.cuda, video_dir, epsilon=args.epsilon, script=args.script
     )

@@ -182,7 +182,7 @@ def refused_memory_in_one_line(kind, error, traceback) -> None:
     said = " ".join(str(error).split())[:200]
     sys.stderr.write(
         f"error: the machine refused memory or threads ({address_space_limit()}; {kind.__name__}"
-        f"{': ' + said if said else ''}){remove_fresh_run_folder()}{''.join('; ' + left for left in LEFT_BEHIND)}: retry with more memory (ulimit -v, a container's limit), smaller settings, or fewer runs at once\n"
+        f"{': ' + said if said else ''}){remove_fresh_run_folder()}{remove_empty_output_dirs()}{''.join('; ' + left for left in LEFT_BEHIND)}: retry with more memory (ulimit -v, a container's limit), smaller settings, or fewer runs at once\n"
     )
 
 
@@ -255,27 +255,46 @@ def map_blas_buffer_now() -> None:
     np.linalg.inv(np.eye(2))  # dgesv: OpenBLAS maps the buffer on its first call
 
 
+# The output folders a tool made (deepest first) with their LEFT_BEHIND entry: removed again where nothing was
+# written into them, at exit, at a signal and at the machine's refusal (trial 17, U4: a Ctrl-C left them empty).
+OUTPUT_DIRS_MADE: list[tuple[list[str], str]] = []
+
+
 def make_output_dir(path: str, holds: str) -> None:
     """A tool's output folder, made just before its first write. Should the tool then stop (a signal, the machine
-    refusing memory), its line says what the folder holds (`holds`); the folders this call made are removed at exit
-    if nothing was written into them (trial 16, T1 and trial 17, U1: empty and half-named folders left behind)."""
+    refusing memory), its line says what the folder holds (`holds`); the folders this call made are removed again
+    if nothing was written into them (trials 16 and 17: empty and half-named folders left behind)."""
     import atexit
 
     made, parent = [], os.path.abspath(path)
     while not os.path.exists(parent):
         made.append(parent)
         parent = os.path.dirname(parent)
+    if not OUTPUT_DIRS_MADE:
+        atexit.register(remove_empty_output_dirs)
+    os.makedirs(path, exist_ok=True)
+    OUTPUT_DIRS_MADE.append((made, f"{path} holds {holds}"))
+    LEFT_BEHIND.append(OUTPUT_DIRS_MADE[-1][1])
 
-    def remove_if_empty():
-        for folder in made:  # deepest first
+
+def remove_empty_output_dirs() -> str:
+    """Remove the folders make_output_dir made where nothing was written into them, with their LEFT_BEHIND entry;
+    says which, for a stopping line."""
+    removed = []
+    for made, entry in OUTPUT_DIRS_MADE:
+        top = None
+        for folder in made:  # deepest first: a parent goes only once its child has
             try:  # rmdir alone refuses a folder holding anything (ENOTEMPTY); listdir's opendir got ENOMEM at 300000
                 os.rmdir(folder)
+                top = folder
             except (OSError, MemoryError):
-                return
-
-    atexit.register(remove_if_empty)
-    os.makedirs(path, exist_ok=True)
-    LEFT_BEHIND.append(f"{path} holds {holds}")
+                break
+        if top is not None:
+            removed.append(top)
+            if entry in LEFT_BEHIND:
+                LEFT_BEHIND.remove(entry)
+    OUTPUT_DIRS_MADE.clear()  # once: at exit after a refusal's line, nothing is left to say
+    return "".join(f"; removed {folder}, where nothing was written" for folder in removed)
 
 
 def exit_tool_on_signals(tool: str) -> None:
@@ -294,8 +313,9 @@ def exit_tool_on_signals(tool: str) -> None:
     def exit_now(signum, frame):
         if next(signals_seen) > 0:  # the copy (trial 13: plain `timeout` passes the terminal's Ctrl-C on): one line
             return
+        removed = remove_empty_output_dirs()
         left = remove_saves_in_progress() + "; ".join(LEFT_BEHIND)
-        _say(f"{SIGNAL_NAMES[signum]}: {tool} stopped" + (f"; {left.rstrip('; ')}" if left else ""))
+        _say(f"{SIGNAL_NAMES[signum]}: {tool} stopped" + (f"; {left.rstrip('; ')}" if left else "") + removed)
         _exit_now(128 + signum)
 
     for signum in SIGNALS:

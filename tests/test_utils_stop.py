@@ -560,6 +560,48 @@ def test_a_tool_stopped_by_a_signal_says_so_in_one_line(signum, name, moment):
     assert stderr_lines(stderr) == [f"{name}: cleanrl_utils.some_tool stopped{left}"]
 
 
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "MemoryError", "sys.exit"])
+def test_a_tool_stopped_before_writing_removes_the_output_folders_it_made(tmp_path, stop):
+    """Trial 17, U4: a Ctrl-C to plot (or to evaluate --capture-video) before anything was drawn left the fresh
+    output folder and the parents made for it, empty, and the line said it "holds the plots drawn so far". Now each
+    way out removes them and says so; a folder that was there before stays; one holding a file stays and is named."""
+    (tmp_path / "there").mkdir()
+    process = start(
+        f"""
+        import sys, time
+        from cleanrl_utils.stop import exit_tool_on_signals, make_output_dir
+        exit_tool_on_signals("cleanrl_utils.some_tool")
+        make_output_dir({str(tmp_path / "there" / "a" / "b")!r}, holds="the plots drawn so far")
+        make_output_dir({str(tmp_path / "kept")!r}, holds="what was written so far")
+        open({str(tmp_path / "kept" / "one.png")!r}, "w").close()
+        print("ready", flush=True)
+        if {stop!r} == "MemoryError":
+            raise MemoryError
+        if {stop!r} == "sys.exit":
+            sys.exit("error: some tool's refusal")
+        time.sleep(60)
+        """
+    )
+    wait_for(process, "ready")
+    if stop.startswith("SIG"):
+        process.send_signal(getattr(signal, stop))
+    _, stderr = finish(process)
+    assert sorted(os.listdir(tmp_path)) == ["kept", "there"] and os.listdir(tmp_path / "there") == []
+    assert os.listdir(tmp_path / "kept") == ["one.png"]
+    removed = f"removed {tmp_path / 'there' / 'a'}, where nothing was written"
+    kept = f"{tmp_path / 'kept'} holds what was written so far"
+    if stop.startswith("SIG"):
+        name = "Ctrl-C" if stop == "SIGINT" else "SIGTERM"
+        assert stderr_lines(stderr) == [f"{name}: cleanrl_utils.some_tool stopped; {kept}; {removed}"], stderr
+    elif stop == "MemoryError":
+        assert stderr_lines(stderr) == [
+            f"error: the machine refused memory or threads (no address-space limit; MemoryError); {removed}; {kept}: "
+            "retry with more memory (ulimit -v, a container's limit), smaller settings, or fewer runs at once"
+        ], stderr
+    else:
+        assert stderr_lines(stderr) == ["error: some tool's refusal"], stderr
+
+
 @pytest.mark.parametrize(
     "install, line",
     [
