@@ -142,8 +142,6 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     check_run_args(args)
     check_replay_args(args, resumed=checkpoint is not None)
     check_epsilon_schedule(args)
-    if not 2 <= args.n_atoms <= 10_000:  # 2: the support's two ends; the paper's 51, CleanRL's classic 101
-        sys.exit(f"error: --n-atoms must be in [2, 10000], got {args.n_atoms}")
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     if args.vector_mode not in ("sync", "async"):
         sys.exit(f"error: --vector-mode must be sync or async, got {args.vector_mode!r}")

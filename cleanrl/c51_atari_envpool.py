@@ -11,7 +11,6 @@ if __name__ == "__main__":
 
 import os
 import random
-import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -154,8 +153,6 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     check_run_args(args)
     check_replay_args(args, min_per_env=16, resumed=checkpoint is not None)
     check_epsilon_schedule(args)
-    if not 2 <= args.n_atoms <= 10_000:  # 2: the support's two ends; the paper's 51, CleanRL's classic 101
-        sys.exit(f"error: --n-atoms must be in [2, 10000], got {args.n_atoms}")
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
     # A resumed run's full ring is in memory already, in the loaded checkpoint, and the new buffer takes its arrays

@@ -158,8 +158,6 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
             sys.exit(f"error: --{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     if not 0 <= args.noisy_std <= 10:  # CleanRL's 0.5; past a few units the noise swamps every weight
         sys.exit(f"error: --noisy-std must be in [0, 10] (0: no noise), got {args.noisy_std}")
-    if not 2 <= args.n_atoms <= 10_000:  # 2: the support's two ends; the paper's 51
-        sys.exit(f"error: --n-atoms must be in [2, 10000], got {args.n_atoms}")
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari")
     # A resumed run's full ring is in memory already (the checkpoint), and ReplayBuffer.load_state_dict takes it over

@@ -67,26 +67,7 @@ def check_run_args(args) -> None:
         sys.exit(f"error: --gamma must be in (0, 1], got {args.gamma}")
     if hasattr(args, "gae_lambda") and not 0 <= args.gae_lambda <= 1:  # only the scripts that have the flag
         sys.exit(f"error: --gae-lambda must be in [0, 1], got {args.gae_lambda}")
-    # the distributional scripts' support: ends within reach of float32 arithmetic (trial 13, Q5: +-3e38 made its
-    # width inf, and the projection indexed atom -2^63 in a traceback)
-    if hasattr(args, "v_min") and not -SUPPORT_BOUND <= args.v_min < args.v_max <= SUPPORT_BOUND:
-        sys.exit(
-            f"error: --v-min {args.v_min} and --v-max {args.v_max} must hold -{SUPPORT_BOUND:,.0f} <= v-min < v-max <= "
-            f"{SUPPORT_BOUND:,.0f} (the support's two ends, in return units)"
-        )
-    if hasattr(args, "v_min") and 2 <= getattr(args, "n_atoms", 0) <= 10_000:  # else the script names --n-atoms
-        # atoms too close for float32 at the support's scale collapse (trial 14: [0, 1e-45] learnt nothing and exited 0;
-        # [5, 5.0000001] indexed atom -2^63 in the projection). The projection reads a return's place on the support to
-        # within one float32 step at that scale, so atoms at least 100 steps apart are placed to 1% of their spacing
-        step = FLOAT32_EPS * max(1.0, abs(args.v_min), abs(args.v_max))
-        spacing, least = (args.v_max - args.v_min) / (args.n_atoms - 1), 100 * step
-        if spacing < least:
-            sys.exit(
-                f"error: --v-min {args.v_min}, --v-max {args.v_max} and --n-atoms {args.n_atoms} put the atoms "
-                f"{spacing:.3g} apart, too close for float32 at this scale (one float32 step at max(1, |v-min|, "
-                f"|v-max|) is {step:.3g}; the atoms must be at least 100 steps, {least:.3g}, apart): widen the support "
-                "or use fewer atoms"
-            )
+    check_support(args)
     if args.checkpoint_every < 0:
         sys.exit(f"error: --checkpoint-every must be >= 0 (0 = only at Ctrl-C and at the end), got {args.checkpoint_every}")
     # EnvPool counts an episode's steps in 32-bit integers (trial 14: 2^31 - 1 gave a TypeError from envpool.make)
@@ -114,6 +95,39 @@ BASELINE_FRACTIONS = ("gamma", "gae_lambda", "q_lambda", "start_e", "end_e", "pr
 BASELINE_OPEN_FRACTIONS = ("tau", "exploration_fraction")
 
 
+# The most atoms a support may have (C51's paper: 51; CleanRL's classic scripts: 101); trial 17, U5: 10^8 in a speed
+# baseline asked for 800 GB.
+MAX_ATOMS = 10_000
+
+
+def check_support(args) -> None:
+    """The distributional scripts' support (C51, Rainbow, and their speed baselines; others have no --v-min): 2 to
+    MAX_ATOMS atoms, ends within reach of float32 arithmetic, atoms far enough apart for float32 at that scale."""
+    if not hasattr(args, "v_min"):
+        return
+    if not 2 <= args.n_atoms <= MAX_ATOMS:  # 2: the support's two ends; the paper's 51, CleanRL's classic 101
+        sys.exit(f"error: --n-atoms must be in [2, {MAX_ATOMS}], got {args.n_atoms}")
+    # ends within reach of float32 arithmetic (trial 13, Q5: +-3e38 made the width inf, and the projection indexed
+    # atom -2^63 in a traceback)
+    if not -SUPPORT_BOUND <= args.v_min < args.v_max <= SUPPORT_BOUND:
+        sys.exit(
+            f"error: --v-min {args.v_min} and --v-max {args.v_max} must hold -{SUPPORT_BOUND:,.0f} <= v-min < v-max <= "
+            f"{SUPPORT_BOUND:,.0f} (the support's two ends, in return units)"
+        )
+    # atoms too close for float32 at the support's scale collapse (trial 14: [0, 1e-45] learnt nothing and exited 0;
+    # [5, 5.0000001] indexed atom -2^63 in the projection). The projection reads a return's place on the support to
+    # within one float32 step at that scale, so atoms at least 100 steps apart are placed to 1% of their spacing
+    step = FLOAT32_EPS * max(1.0, abs(args.v_min), abs(args.v_max))
+    spacing, least = (args.v_max - args.v_min) / (args.n_atoms - 1), 100 * step
+    if spacing < least:
+        sys.exit(
+            f"error: --v-min {args.v_min}, --v-max {args.v_max} and --n-atoms {args.n_atoms} put the atoms "
+            f"{spacing:.3g} apart, too close for float32 at this scale (one float32 step at max(1, |v-min|, "
+            f"|v-max|) is {step:.3g}; the atoms must be at least 100 steps, {least:.3g}, apart): widen the support "
+            "or use fewer atoms"
+        )
+
+
 def check_baseline_args(args, positive: tuple[str, ...], non_negative: tuple[str, ...] = ()) -> None:
     """The speed baselines in benchmark/ (CleanRL's loops, `*_cleanrl_layout.py`) take bad input as the scripts do,
     in one line before anything runs (trials 14 and 15: NaN, 0, a gamma of 2 and a reversed support gave tracebacks
@@ -135,8 +149,7 @@ def check_baseline_args(args, positive: tuple[str, ...], non_negative: tuple[str
             sys.exit(f"error: {flag(name)} must be in (0, 1], got {getattr(args, name)}")
     if hasattr(args, "buffer_size") and args.batch_size > args.buffer_size:  # as the scripts refuse it
         sys.exit(f"error: --batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
-    if hasattr(args, "v_min") and not args.v_min < args.v_max:
-        sys.exit(f"error: --v-min {args.v_min} must be below --v-max {args.v_max} (the support's two ends)")
+    check_support(args)  # trial 17, U5: --n-atoms 1 and 10^8 were tracebacks, a support 1e-6 wide trained
     from cleanrl_utils.run import check_writable_dir
 
     check_writable_dir(args.log_dir, "--log-dir", keep=False)  # made when the run starts: a refusal leaves none

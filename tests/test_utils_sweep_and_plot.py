@@ -749,7 +749,12 @@ def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, scr
     "script, flags, expected",
     [  # trial 14: each was a traceback, or ran (a reversed support trained and exited 0)
         ("c51_atari_envpool_cleanrl_layout.py", ["--buffer-size", "0"], "error: --buffer-size must be a positive integer"),
-        ("c51_atari_envpool_cleanrl_layout.py", ["--v-min", "10", "--v-max", "-10"], "error: --v-min 10.0 must be below"),
+        ("c51_atari_envpool_cleanrl_layout.py", ["--v-min", "10", "--v-max", "-10"], "error: --v-min 10.0 and --v-max -10.0"),
+        # trial 17, U5: --n-atoms 1 (IndexError; Rainbow ZeroDivisionError) and 10^8 were tracebacks; 1e-6 wide trained
+        ("c51_atari_envpool_cleanrl_layout.py", ["--n-atoms", "1"], "error: --n-atoms must be in [2, 10000], got 1"),
+        ("rainbow_atari_envpool_cleanrl_layout.py", ["--n-atoms", "1"], "error: --n-atoms must be in [2, 10000], got 1"),
+        ("c51_atari_envpool_cleanrl_layout.py", ["--n-atoms", "100000000"], "error: --n-atoms must be in [2, 10000]"),
+        ("rainbow_atari_envpool_cleanrl_layout.py", ["--v-min", "0", "--v-max", "1e-6"], "error: --v-min 0.0, --v-max 1e-06"),
         ("c51_atari_envpool_cleanrl_layout.py", ["--env-id", "NoSuch-v5"], "error: --env-id 'NoSuch-v5' is not an EnvPool"),
         ("rainbow_atari_envpool_cleanrl_layout.py", ["--n-step", "0"], "error: --n-step must be a positive integer"),
         ("rainbow_atari_envpool_cleanrl_layout.py", ["--learning-rate", "nan"], "error: --learning-rate must be a finite"),
