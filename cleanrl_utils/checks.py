@@ -77,6 +77,13 @@ def check_run_args(args) -> None:
             f"got {limit}"
         )
     check_torch_threads(getattr(args, "torch_threads", 0))
+    if getattr(args, "capture_video", False) and "envpool" in sys.modules:  # an EnvPool MuJoCo run films in Gymnasium
+        from envpool.registration import registry
+
+        if registry.specs.get(args.env_id, ("",))[0] == "envpool.mujoco.gym":
+            from cleanrl_utils.video import check_gymnasium_films
+
+            check_gymnasium_films(args.env_id)
     # a JAX script (flax: EnvPool itself imports jax): XLA's compiler aborts in C++ under a tighter limit, no line
     if "flax" in sys.modules:
         from cleanrl_utils.stop import check_address_space

@@ -337,6 +337,10 @@ def evaluate(
             f"error: --model-path {model_path!r} does not fit the network and env that {name} builds for "
             f"{env_id!r} ({type(error).__name__}: {first_line}); was it written by another script, or edited?"
         )
+    if video_dir and player.film_env_id:  # filmed in Gymnasium: an id it cannot make is one line before playing
+        from cleanrl_utils.video import check_gymnasium_films
+
+        check_gymnasium_films(player.film_env_id)
     if video_dir:  # a stop before the first video removes it again, with the folders above it made for it
         make_output_dir(
             video_dir,

@@ -37,6 +37,25 @@ class VideoWriter:
         os.replace(self.partial_path, self.path)
 
 
+def check_gymnasium_films(env_id: str) -> None:
+    """One line and exit 1 unless Gymnasium can make `env_id`, the env that films an EnvPool MuJoCo policy (EnvPool's
+    MuJoCo envs do not render). EnvPool takes MuJoCo v3 ids that Gymnasium 1.x moved out to gymnasium-robotics
+    (trial 17, U6: every training video failed with exit 0, and evaluate ended in an ImportError traceback)."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    import gymnasium as gym
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gym.make(env_id, render_mode="rgb_array").close()
+    except Exception as error:  # ImportError for the moved ids; any failure to build means no video
+        said = str(error).split("\n")[0][:160]
+        sys.exit(
+            f"error: --capture-video films {env_id} in Gymnasium's env of that id, which Gymnasium cannot make here "
+            f"({type(error).__name__}: {said}): train on a v4 or v5 id to film, or leave out --capture-video"
+        )
+
+
 def record_gymnasium_episodes(
     env_id: str, act, video_dir: str, episodes: int, seed: int, fps: int = 30, prefix: str = "eval"
 ) -> list[str]:

@@ -141,3 +141,43 @@ def test_validate_args_names_the_bad_value(overrides, expected):
     for fragment in expected:
         assert fragment in message, (fragment, message)
     script.validate_args(Args())  # the defaults pass
+
+
+def test_a_mujoco_v3_run_that_gymnasium_cannot_film_is_refused_in_one_line(tmp_path):
+    """Trial 17, U6: EnvPool trains Hopper-v3, but Gymnasium 1.x, which films the EnvPool MuJoCo runs, moved its v3
+    ids out. `--capture-video` trained on with every video failing, exit 0; evaluating the model with
+    --capture-video ended in an ImportError traceback after playing, an empty videos/ left. Now one line each, before
+    training or playing, and nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import REPO, assert_one_error_line
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    train = [sys.executable, os.path.join(REPO, "cleanrl", f"{SCRIPT}.py"), "--env-id", "Hopper-v3", "--num-envs", "1"]
+    train += ["--num-steps", "1024", "--total-timesteps", "1024", "--torch-threads", "1", "--log-dir", str(tmp_path)]
+    refused = "--capture-video films Hopper-v3 in Gymnasium's env of that id, which Gymnasium cannot make here"
+    result = subprocess.run([*train, "--capture-video"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert_one_error_line(result, [refused, "train on a v4 or v5 id to film"])
+    assert os.listdir(tmp_path) == []
+    result = subprocess.run([*train, "--save-model"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = [os.path.join(tmp_path, name) for name in os.listdir(tmp_path)]
+    evaluate = [
+        sys.executable,
+        "-m",
+        "cleanrl_utils.evaluate",
+        "--model-path",
+        os.path.join(run_dir, f"{SCRIPT}.cleanrl_model"),
+    ]
+    result = subprocess.run(
+        [*evaluate, "--episodes", "1", "--capture-video", "--torch-threads", "1"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
+    assert_one_error_line(result, [refused], ignore_warnings=True)
+    assert not os.path.exists(os.path.join(run_dir, "videos")) and "return" not in result.stdout
