@@ -34,7 +34,7 @@ import tyro
 from cleanrl_utils.checkpoint import kept_checkpoint_step, upgrade_saved_args
 from cleanrl_utils.checks import MAX_SEED, check_torch_threads, hide_box_precision_warnings
 from cleanrl_utils.hardware import native_bf16, this_machine
-from cleanrl_utils.run import check_writable_dir, torch_threads
+from cleanrl_utils.run import check_not_empty, check_writable_dir, torch_threads
 from cleanrl_utils.video import record_gymnasium_episodes
 
 
@@ -423,6 +423,8 @@ def evaluate_as_asked(args: EvalArgs) -> None:
         sys.exit(f"error: --greedy plays with epsilon 0, --epsilon {args.epsilon} asks for another: give one of the two")
     if args.video_dir is not None and not args.capture_video:
         sys.exit(f"error: --video-dir {args.video_dir!r} needs --capture-video (no video is written without it)")
+    if args.video_dir is not None:  # trial 17: '' was taken as "the default folder", silently
+        check_not_empty(args.video_dir, "--video-dir")
     import torch
 
     torch.set_num_threads(torch_threads(args.torch_threads))
@@ -434,7 +436,8 @@ def evaluate_as_asked(args: EvalArgs) -> None:
     video_dir = None
     if args.capture_video:
         video_dir = args.video_dir or os.path.join(os.path.dirname(os.path.abspath(args.model_path)), "videos")
-        check_writable_dir(video_dir, "--video-dir", keep=False)  # made by evaluate(), after its own checks
+        # made by evaluate(), after its own checks; the line names the folder the user did not name (trial 17)
+        check_writable_dir(video_dir, "--video-dir" if args.video_dir else "videos/ beside --model-path", keep=False)
     returns = evaluate(
         args.model_path, args.episodes, args.seed, args.greedy, args.cuda, video_dir, epsilon=args.epsilon, script=args.script
     )

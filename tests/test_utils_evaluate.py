@@ -118,6 +118,9 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--video-dir", str(tmp_path / "v")])
     one_line_exit(evaluate_module.main, "--video-dir", "needs --capture-video")
     assert not (tmp_path / "v").exists()
+    # trial 17: an empty --video-dir was taken as the default folder beside the model
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--model-path", "m.cleanrl_model", "--capture-video", "--video-dir", ""])
+    one_line_exit(evaluate_module.main, "--video-dir '' is empty")
     # trial 9, T4: a refused model or --episodes left the (nested) --video-dir it had made before checking them
     for flags, fragment in (([], "does not exist"), (["--episodes", "0"], "--episodes must be a positive")):
         model = str(tmp_path / ("missing.cleanrl_model" if not flags else "other.cleanrl_model"))
