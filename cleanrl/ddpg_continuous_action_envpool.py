@@ -4,7 +4,7 @@
 from cleanrl_utils.stop import StopAfterIteration, exit_at_once_on_signals, stopped_line
 
 if __name__ == "__main__":
-    exit_at_once_on_signals()  # Ctrl-C while the libraries below load: one line, no traceback
+    exit_at_once_on_signals(envpool_mujoco=True)  # Ctrl-C while the libraries below load: one line, no traceback
 
 import functools
 import math

@@ -275,14 +275,6 @@ ENVPOOL_FAMILIES = {
 }
 
 
-# The smallest address-space limit (`ulimit -v`) the EnvPool MuJoCo scripts are started under (trial 17, U7). Below
-# it MuJoCo's and EnvPool's threads failed in C++ where no Python code hears it (AMD EPYC, 2 cores, one env: 1,000,000
-# KiB std::bad_alloc, exit 134; 1,300,000 glibc's "cannot allocate memory for thread-local data: ABORT", or a hang
-# after a thread's MemoryError); at 1,400,000 SAC's refusal was a Python exception, one line; at 1,500,000 SAC and PPO
-# trained.
-MUJOCO_ENVPOOL_ADDRESS_SPACE = 1_500_000 * 1024
-
-
 def hide_box_precision_warnings() -> None:
     """EnvPool's classic-control specs (Pendulum) give float32 Boxes float64 bounds, and Gymnasium warns about the cast
     each time such a space is built: nothing the user can or should act on."""
@@ -299,8 +291,9 @@ def check_envpool_id(env_id: str, family: str, also: tuple[str, ...] = ()) -> No
     if env_id in specs and (specs[env_id][0] == family or env_id in also):
         hide_box_precision_warnings()
         if specs[env_id][0].startswith("envpool.mujoco"):
-            from cleanrl_utils.stop import check_address_space
+            from cleanrl_utils.stop import MUJOCO_ENVPOOL_ADDRESS_SPACE, check_address_space
 
+            # a script started without exit_at_once_on_signals(envpool_mujoco=True), such as a copy, still gets it
             check_address_space(MUJOCO_ENVPOOL_ADDRESS_SPACE, "an EnvPool MuJoCo script")
         return
     if env_id in specs:

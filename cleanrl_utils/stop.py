@@ -100,6 +100,11 @@ MACHINE_REFUSAL_SIGNS = (
 # aborts in C++ (std::bad_alloc, exit 134 with no line: 488 MiB on an AMD EPYC here), which no Python code can catch;
 # above it a refusal is a Python exception, which `refused_memory_in_one_line` turns into one line.
 MIN_ADDRESS_SPACE = 600 * 2**20
+# The EnvPool MuJoCo scripts' floor (trial 17, U7; trial 18, V3). Below it MuJoCo's and EnvPool's threads, or torch's
+# import after EnvPool's, failed in C++ where no Python code hears it (AMD EPYC, 2 cores, one env: 1,000,000 KiB
+# std::bad_alloc, exit 134; 1,300,000 glibc's "cannot allocate memory for thread-local data: ABORT", or a hang after a
+# thread's MemoryError); at 1,400,000 SAC's refusal was a Python exception; at 1,500,000 all nine scripts trained.
+MUJOCO_ENVPOOL_ADDRESS_SPACE = 1_500_000 * 1024
 
 
 def refused_memory(error: BaseException) -> bool:
@@ -186,13 +191,15 @@ def refused_memory_in_one_line(kind, error, traceback) -> None:
     )
 
 
-def exit_at_once_on_signals() -> None:
+def exit_at_once_on_signals(envpool_mujoco: bool = False) -> None:
     """Start-up: Ctrl-C or SIGTERM exits at once (exit code 128 + signal number) with one line. Also keeps the run
     alive when the reader of its stdout goes (trial 12, P5: `ppo.py | head -2` lost the run to a BrokenPipeError),
     refuses an address-space limit its libraries cannot load under, and makes the machine's refusal of memory one
     line (refused_memory_in_one_line). It runs before the heavy imports, so all of this covers them too."""
     import sys
 
+    if envpool_mujoco:  # the EnvPool MuJoCo scripts: a higher floor, checked before EnvPool and torch load
+        check_address_space(MUJOCO_ENVPOOL_ADDRESS_SPACE, "an EnvPool MuJoCo script")
     check_address_space(MIN_ADDRESS_SPACE, "a training script (PyTorch or JAX, EnvPool or Gymnasium)")
     one_blas_thread_under_a_memory_limit()
     sys.excepthook = refused_memory_in_one_line
