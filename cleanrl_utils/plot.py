@@ -221,6 +221,7 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
 
 
 MAX_GRID_POINTS = 100_000
+MAX_SMOOTHING_WINDOW = 10**9  # episodes: more than any run holds
 
 
 # Student-t 0.975 quantiles for 1..30 degrees of freedom (scipy.stats.t.ppf, 6 decimals); past 30 the Cornish-Fisher
@@ -343,8 +344,8 @@ def main() -> None:
     args = tyro.cli(PlotArgs)
     if not os.path.isdir(args.log_dir):
         sys.exit(f"error: --log-dir {args.log_dir!r} is not a folder")
-    if args.smoothing_window <= 0:
-        sys.exit(f"error: --smoothing-window must be a positive number of episodes, got {args.smoothing_window}")
+    if not 1 <= args.smoothing_window <= MAX_SMOOTHING_WINDOW:  # trial 18, V2: 2^63 overflowed numpy's int64
+        sys.exit(f"error: --smoothing-window must be in [1, {MAX_SMOOTHING_WINDOW:,}] episodes, got {args.smoothing_window}")
     # the seeds' curves are held on the grid at once (trial 17, U3: 10^9 points grew to 26 GB and the kernel killed
     # the tool with no line); a PNG shows a few hundred
     if not 2 <= args.grid_points <= MAX_GRID_POINTS:

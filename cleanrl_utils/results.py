@@ -16,7 +16,7 @@ Aggregates over tasks use rliable: IQM and optimality gap of scores normalised b
 bootstrap 95% CIs, and a performance profile.
 """
 
-from cleanrl_utils.stop import exit_tool_on_signals, make_output_dir, map_blas_buffer_now
+from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals, make_output_dir, map_blas_buffer_now
 
 if __name__ == "__main__":
     # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
@@ -621,6 +621,9 @@ def check_docs_page(page: str) -> str | None:
     return None
 
 
+PAGES_LINE = "the docs pages rewritten, each whole (the last one possibly still as it was): "
+
+
 def main() -> None:
     import tyro
 
@@ -661,7 +664,8 @@ def main() -> None:
 
     map_blas_buffer_now()  # under a limit: OpenBLAS's buffer now, or one line with nothing written (its C exit(1))
     write_summary_csv(args.results_dir)
-    make_output_dir(args.output_dir, holds="the tables and figures written so far (the docs pages are untouched)")
+    make_output_dir(args.output_dir, holds="the tables and figures written so far")
+    pages_filled: list[str] = []  # named in a stopping line: each was rewritten whole (trial 18, V1)
     machines = sorted({r["cpu"] for r in records})
     everything = sorted({r["exp_name"] for r in records})
     with open(os.path.join(args.output_dir, "tables.md"), "w") as file:
@@ -695,6 +699,11 @@ def main() -> None:
 
         filled = MARKER.sub(fill, text)
         if filled != text:  # whole or not at all: a Ctrl-C mid-write must not leave README.md cut short
+            # named before the write: a stop inside it leaves the page whole, old or new (written atomically)
+            if pages_filled:
+                LEFT_BEHIND.remove(PAGES_LINE + ", ".join(pages_filled))
+            pages_filled.append(page)
+            LEFT_BEHIND.append(PAGES_LINE + ", ".join(pages_filled))
             write_atomically(page, lambda file, text=filled: file.write(text.encode()))
             pages_changed += 1
             print(f"filled {page}")

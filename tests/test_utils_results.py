@@ -543,3 +543,41 @@ def test_a_tool_whose_reader_has_gone_ends_without_a_traceback(command):
     os.close(write_end)
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
     assert result.returncode == -13  # SIGPIPE, as `yes | head` ends
+
+
+def test_a_stop_after_a_page_was_filled_names_that_page(tmp_path):
+    """Trial 18, V1: a Ctrl-C after results had rewritten a docs page said "the docs pages are untouched". The line
+    now names the pages rewritten so far (each whole: written atomically). The signal is sent from inside the
+    write, right after the first page."""
+    import re
+    import textwrap
+
+    shutil.copytree(os.path.join(REPO, "benchmark", "results"), tmp_path / "results")
+    pages = [tmp_path / "dqn.md", tmp_path / "ppo.md"]
+    for page in pages:  # each section emptied, so that filling rewrites the page
+        text = open(os.path.join(REPO, "docs", page.name)).read()
+        page.write_text(re.sub(r"(<!-- results [^\n]*-->\n).*?(<!-- /results -->)", r"\1\2", text, flags=re.S))
+    out = tmp_path / "out"
+    code = f"""
+        import os, signal, sys
+        sys.argv = ["results", "--results-dir", {str(tmp_path / "results")!r}, "--output-dir", {str(out)!r},
+                    "--docs", {str(pages[0])!r}, {str(pages[1])!r}]
+        from cleanrl_utils.stop import exit_tool_on_signals
+        exit_tool_on_signals("cleanrl_utils.results")
+        import cleanrl_utils.results as results
+        write_for_real = results.write_atomically
+        def write_then_signal(path, write):
+            write_for_real(path, write)
+            os.kill(os.getpid(), signal.SIGINT)
+        results.write_atomically = write_then_signal
+        results.main()
+        """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert result.returncode == 130, result.stderr
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [
+        f"Ctrl-C: cleanrl_utils.results stopped; {out} holds the tables and figures written so far; the docs pages "
+        f"rewritten, each whole (the last one possibly still as it was): {pages[0]}"
+    ]
+    assert "<!-- /results -->" in pages[0].read_text() and "| dqn |" in pages[0].read_text()

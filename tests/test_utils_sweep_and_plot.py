@@ -204,7 +204,11 @@ def test_plot_cli_errors(tmp_path):
     [
         (["--grid-points", "1000000000"], "error: --grid-points must be in [2, 100,000], got 1000000000"),
         (["--grid-points", "1"], "error: --grid-points must be in [2, 100,000], got 1"),
-        (["--smoothing-window", "0"], "error: --smoothing-window must be a positive number of episodes, got 0"),
+        (["--smoothing-window", "0"], "error: --smoothing-window must be in [1, 1,000,000,000] episodes, got 0"),
+        (  # trial 18, V2: an OverflowError traceback from numpy
+            ["--smoothing-window", "9223372036854775808"],
+            "error: --smoothing-window must be in [1, 1,000,000,000] episodes, got 9223372036854775808",
+        ),
     ],
 )
 def test_plot_refuses_a_grid_or_window_it_cannot_draw_in_one_line(tmp_path, flags, line):
