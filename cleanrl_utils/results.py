@@ -618,6 +618,11 @@ def check_docs_page(page: str) -> str | None:
         return "is not a file"
     if not os.access(page, os.R_OK | os.W_OK):
         return "is not readable and writable"
+    try:  # trial 18, V4: a PNG among `--docs docs/*` was a UnicodeDecodeError traceback after six pages were filled
+        with open(page, encoding="utf-8") as file:
+            file.read()
+    except UnicodeDecodeError:
+        return "is not a UTF-8 text file (a Markdown page is)"
     return None
 
 
@@ -678,7 +683,7 @@ def main() -> None:
             file.write("\n## Time to score (benchmark/time_to_score.py)\n\n" + time_to_score_table(timed) + "\n")
     pngs = sections = pages_changed = 0
     for page in pages:
-        with open(page) as file:
+        with open(page, encoding="utf-8") as file:
             text = file.read()
         if args.docs is not None and not MARKER.search(text):
             # a warning, not an error: a page is good input without markers (most of docs/*.md), so naming a batch

@@ -261,7 +261,12 @@ def test_a_bad_output_dir_or_docs_page_is_one_line_and_nothing_is_written(tmp_pa
             ["--output-dir", str(tmp_path / "out"), "--docs", str(page), str(tmp_path)],
             f"error: --docs page {str(tmp_path)!r} is not a file",
         ),
+        (  # trial 18, V4: a PNG among the pages (`--docs docs/*`) was a UnicodeDecodeError traceback
+            ["--output-dir", str(tmp_path / "out"), "--docs", str(page), str(tmp_path / "curves.png")],
+            f"error: --docs page {str(tmp_path / 'curves.png')!r} is not a UTF-8 text file (a Markdown page is)",
+        ),
     ]
+    (tmp_path / "curves.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
     for flags, line in cases:
         result = subprocess.run([*command, *flags], capture_output=True, text=True, cwd=REPO)
         assert result.returncode != 0 and result.stderr.startswith(line) and "Traceback" not in result.stderr, result.stderr
