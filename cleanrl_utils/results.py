@@ -633,6 +633,9 @@ def main() -> None:
     import tyro
 
     args = tyro.cli(ResultsArgs)
+    if not os.path.isdir(args.results_dir):  # trial 18: "holds no run records" for a folder that is not there
+        problem = "does not exist" if not os.path.exists(args.results_dir) else "is not a folder"
+        sys.exit(f"error: --results-dir {args.results_dir!r} {problem} (it holds records/<exp_name>/<env_id>__<seed>.json)")
     records = load_records(args.results_dir)
     timed = load_time_to_score(args.results_dir)
     if not records:
@@ -649,7 +652,7 @@ def main() -> None:
             )
     pages_left_alone = False
     if args.docs is not None:
-        pages = args.docs
+        pages = list(dict.fromkeys(args.docs))  # a page named twice is filled, and counted, once (trial 18)
     elif os.path.realpath(args.output_dir) == os.path.realpath(DEFAULT_OUTPUT_DIR):
         pages = default_pages()
     else:  # the committed pages would get image links to wherever --output-dir is

@@ -177,6 +177,7 @@ def test_one_command_regenerates_tables_figures_and_the_pages_sections(tmp_path)
     )
     subprocess.run([*command, "--docs", str(page)], capture_output=True, text=True, cwd=REPO, check=True)
     assert "| 3,000 ▼ |" in page.read_text()
+    (tmp_path / "none").mkdir()
     empty = subprocess.run([*command[:3], "--results-dir", str(tmp_path / "none")], capture_output=True, text=True, cwd=REPO)
     assert empty.returncode != 0 and "holds no run records" in empty.stderr
 
@@ -267,12 +268,24 @@ def test_a_bad_output_dir_or_docs_page_is_one_line_and_nothing_is_written(tmp_pa
         ),
     ]
     (tmp_path / "curves.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    command_elsewhere = [sys.executable, "-m", "cleanrl_utils.results", "--output-dir", str(tmp_path / "out")]
+    for where, problem in ((tmp_path / "missing", "does not exist"), (a_file, "is not a folder")):  # trial 18
+        result = subprocess.run([*command_elsewhere, "--results-dir", str(where)], capture_output=True, text=True, cwd=REPO)
+        assert result.returncode == 1 and result.stderr.startswith(f"error: --results-dir {str(where)!r} {problem}")
     for flags, line in cases:
         result = subprocess.run([*command, *flags], capture_output=True, text=True, cwd=REPO)
         assert result.returncode != 0 and result.stderr.startswith(line) and "Traceback" not in result.stderr, result.stderr
         assert result.stderr.count("\n") == 1 and result.stdout == ""
         assert not (results / "summary.csv").exists() and not (tmp_path / "out").exists()
         assert page.read_text() == original and a_file.read_text() == "a file\n"
+    # trial 18: a page named twice was filled once and counted twice ("2 page sections filled (1 page changed)")
+    result = subprocess.run(
+        [*command, "--output-dir", str(tmp_path / "out"), "--docs", str(page), str(page)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert result.returncode == 0 and "1 page section filled (1 page changed)" in result.stdout, result.stdout + result.stderr
 
 
 def edited(text: str, **changes) -> str:
