@@ -40,6 +40,13 @@ def resumed_env_seed(seed: int, iteration: int) -> int:
     return (seed + RESEED_STRIDE * iteration) % ENV_SEED_LIMIT
 
 
+def readable_size(size: int) -> str:
+    """Bytes as a reader takes them in: 1.25 GB, 3.4 MB or 812 bytes (trial 17: a small file said "0.00 GB")."""
+    if size >= 10**9:
+        return f"{size / 1e9:.2f} GB"
+    return f"{size / 1e6:.1f} MB" if size >= 10**5 else f"{size:,} bytes"
+
+
 def write_atomically(path: str, write: Callable) -> None:
     """`write(file)` into `path + ".tmp"`, flushed to disk, then renamed over `path`: a crash, kill or
     full disk mid-write never leaves a torn checkpoint, and the previous one stays until the rename."""
@@ -61,7 +68,7 @@ def write_atomically(path: str, write: Callable) -> None:
             raise
         # A full disk, a quota, a vanished network folder: the user's to fix, so one line, not torch's zip-writer trace
         sys.exit(
-            f"error: could not write {path} ({cause.strerror or cause}, after {written / 1e9:.2f} GB); the previous "
+            f"error: could not write {path} ({cause.strerror or cause}, after {readable_size(written)}); the previous "
             "file there, if any, is as it was. Free space there (a checkpoint that holds a replay buffer is the largest: "
             "--no-checkpoint-buffer leaves it out where a script has it) and resume"
         )
