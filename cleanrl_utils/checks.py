@@ -290,11 +290,6 @@ def check_envpool_id(env_id: str, family: str, also: tuple[str, ...] = ()) -> No
     specs = registry.specs
     if env_id in specs and (specs[env_id][0] == family or env_id in also):
         hide_box_precision_warnings()
-        if specs[env_id][0].startswith("envpool.mujoco"):
-            from cleanrl_utils.stop import MUJOCO_ENVPOOL_ADDRESS_SPACE, check_address_space
-
-            # a script started without exit_at_once_on_signals(envpool_mujoco=True), such as a copy, still gets it
-            check_address_space(MUJOCO_ENVPOOL_ADDRESS_SPACE, "an EnvPool MuJoCo script")
         return
     if env_id in specs:
         other = ENVPOOL_FAMILIES.get(specs[env_id][0], (specs[env_id][0],))[0]

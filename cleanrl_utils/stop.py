@@ -107,26 +107,18 @@ MIN_ADDRESS_SPACE = 600 * 2**20
 MUJOCO_ENVPOOL_ADDRESS_SPACE = 1_500_000 * 1024
 
 
-def refused_memory(error: BaseException) -> bool:
-    """Whether `error` is the machine refusing memory or threads (not the script or its input): a MemoryError, a
-    refusal's words, or either earlier in its chain of exceptions."""
-    while error is not None:
-        if isinstance(error, MemoryError) or any(sign in str(error).lower() for sign in MACHINE_REFUSAL_SIGNS):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
 # Words that mean the machine refused memory only when an address-space limit is set: Pillow's PNG encoder says
 # "codec configuration error" when zlib's deflateInit2 fails, which under `ulimit -v` is Z_MEM_ERROR (trial 17, U1).
 REFUSAL_SIGNS_UNDER_A_LIMIT = ("codec configuration error",)
 
 
-def refused_under_a_limit(error: BaseException) -> bool:
-    if not address_space_limited():
-        return False
+def refused_memory(error: BaseException) -> bool:
+    """Whether `error` is the machine refusing memory or threads (not the script or its input): a MemoryError, a
+    refusal's words (REFUSAL_SIGNS_UNDER_A_LIMIT too, under an address-space limit), or either earlier in its chain
+    of exceptions."""
+    signs = MACHINE_REFUSAL_SIGNS + (REFUSAL_SIGNS_UNDER_A_LIMIT if address_space_limited() else ())
     while error is not None:
-        if any(sign in str(error).lower() for sign in REFUSAL_SIGNS_UNDER_A_LIMIT):
+        if isinstance(error, MemoryError) or any(sign in str(error).lower() for sign in signs):
             return True
         error = error.__cause__ or error.__context__
     return False
@@ -182,7 +174,7 @@ def refused_memory_in_one_line(kind, error, traceback) -> None:
     # failed for memory can leave a half-made module behind, and the next import from it fails with "cannot import
     # name" (torch._dynamo at `ulimit -v 1300000`), the refusal's own words swallowed inside the library.
     limited_import = isinstance(error, ImportError) and address_space_limited()
-    if not (refused_memory(error) or limited_import or refused_under_a_limit(error)):
+    if not (refused_memory(error) or limited_import):
         return sys.__excepthook__(kind, error, traceback)
     said = " ".join(str(error).split())[:200]
     sys.stderr.write(
