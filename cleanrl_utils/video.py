@@ -93,7 +93,8 @@ class VideoJobs:
     from a snapshot of the policy (`write_model(path)` writes it), so the training envs never render.
 
     At most one evaluator runs at a time: a video that falls due while one is still being filmed is
-    skipped, and the skip is printed; the last one (`final=True`: end of training or a requested
+    skipped, and the first skip is printed (the rest are counted, and the count printed when that video
+    ends: a frequent `--video-every` would otherwise print a line per iteration); the last one (`final=True`: end of training or a requested
     stop) waits for the running one instead. Evaluators run in their own session, so a terminal's
     Ctrl-C, which reaches the whole foreground process group, does not kill them: the training
     process waits for them in `finish()`, and if it is aborted they still finish their video."""
@@ -104,11 +105,17 @@ class VideoJobs:
         self.env = env  # the evaluator's environment variables (None: this process's)
         self.running: tuple[subprocess.Popen, str, object] | None = None
         self.results: list[str] = []
+        self.skipped: list[int] = []  # iterations skipped while the running video is filmed
 
     def film(self, iteration: int, final: bool = False) -> None:
         if self._running_still():
             if not final:
-                print(f"evaluation video of iteration {iteration} skipped: the previous one is still being filmed", flush=True)
+                if not self.skipped:
+                    print(
+                        f"evaluation video of iteration {iteration} skipped: the previous one is still being filmed",
+                        flush=True,
+                    )
+                self.skipped.append(iteration)
                 return
             self._wait()
         video_dir = os.path.join(self.run_dir, "videos", f"iteration-{iteration}")
@@ -137,6 +144,12 @@ class VideoJobs:
         status = "written" if returncode == 0 else f"FAILED (exit {returncode}, see {video_dir}/evaluate.log)"
         self.results.append(f"evaluation video {status}: {video_dir}")
         print(self.results[-1], flush=True)
+        if len(self.skipped) > 1:
+            first, last = self.skipped[0], self.skipped[-1]
+            print(
+                f"{len(self.skipped)} evaluation videos skipped while it was filmed (iterations {first} to {last})", flush=True
+            )
+        self.skipped = []
         self.running = None
 
     def finish(self) -> None:

@@ -97,15 +97,21 @@ def test_one_evaluator_at_a_time_skips_said_and_the_last_one_waited_for(stub, ca
     jobs.film(4)  # due while 2 is still filming: skipped, and said
     out = capsys.readouterr().out
     assert out == "evaluation video of iteration 4 skipped: the previous one is still being filmed\n"
-    assert not os.path.exists(video_dir(run_dir, 4))
+    jobs.film(5)  # the next skips are counted, not printed one line each (trial 17: 498 lines at --video-every 2)
+    jobs.film(7)
+    assert capsys.readouterr().out == ""
+    assert not any(os.path.exists(video_dir(run_dir, i)) for i in (4, 5, 7))
 
     release(run_dir, 2)
     deadline = time.time() + 30
     while jobs.running[0].poll() is None:
         assert time.time() < deadline
         time.sleep(0.01)
-    jobs.film(6)  # 2 has ended: its result is reported, 6 starts
-    assert capsys.readouterr().out == f"evaluation video written: {video_dir(run_dir, 2)}\n"
+    jobs.film(6)  # 2 has ended: its result is reported with the count of the skips, 6 starts
+    assert capsys.readouterr().out == (
+        f"evaluation video written: {video_dir(run_dir, 2)}\n"
+        "3 evaluation videos skipped while it was filmed (iterations 4 to 7)\n"
+    )
     wait_started(run_dir, 6)
 
     release(run_dir, 6, after=0.5)
