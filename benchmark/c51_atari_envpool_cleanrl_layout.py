@@ -42,9 +42,9 @@ class Args:
     """the learning rate of the optimizer"""
     n_atoms: int = 51
     """the number of atoms"""
-    v_min: float = -10
+    v_min: float = -10.0
     """the return lower bound"""
-    v_max: float = 10
+    v_max: float = 10.0
     """the return upper bound"""
     buffer_size: int = 1_000_000
     """the replay memory buffer size"""

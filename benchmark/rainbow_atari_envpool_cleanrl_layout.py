@@ -68,9 +68,9 @@ class Args:
     """epsilon parameter for prioritized replay buffer"""
     n_atoms: int = 51
     """the number of atoms"""
-    v_min: float = -10
+    v_min: float = -10.0
     """the return lower bound"""
-    v_max: float = 10
+    v_max: float = 10.0
     """the return upper bound"""
     log_dir: str = "runs"
     """the folder the run's tensorboard events go under"""

@@ -759,6 +759,8 @@ def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, scr
         ("rainbow_atari_envpool_cleanrl_layout.py", ["--n-atoms", "1"], "error: --n-atoms must be in [2, 10000], got 1"),
         ("c51_atari_envpool_cleanrl_layout.py", ["--n-atoms", "100000000"], "error: --n-atoms must be in [2, 10000]"),
         ("rainbow_atari_envpool_cleanrl_layout.py", ["--v-min", "0", "--v-max", "1e-6"], "error: --v-min 0.0, --v-max 1e-06"),
+        # trial 18 cosmetic: the default --v-max was printed as the int "10"
+        ("rainbow_atari_envpool_cleanrl_layout.py", ["--v-min", "-1e39"], "error: --v-min -1e+39 and --v-max 10.0 must"),
         ("c51_atari_envpool_cleanrl_layout.py", ["--env-id", "NoSuch-v5"], "error: --env-id 'NoSuch-v5' is not an EnvPool"),
         ("rainbow_atari_envpool_cleanrl_layout.py", ["--n-step", "0"], "error: --n-step must be a positive integer"),
         ("rainbow_atari_envpool_cleanrl_layout.py", ["--learning-rate", "nan"], "error: --learning-rate must be a finite"),
