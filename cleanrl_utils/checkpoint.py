@@ -189,8 +189,8 @@ def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], 
 
 
 def _unreadable(flag: str, path: str, script: str, error: Exception, other_format: str) -> None:
-    """One line for a file this loader cannot read: where it is the twin framework's checkpoint (a torch script's
-    file given to its JAX twin, or the reverse), say whose it is."""
+    """One line for a file this loader cannot read: where it is the twin framework's checkpoint or model file (a
+    torch script's file given to its JAX twin, or the reverse), say whose it is and which of the two."""
     try:
         if other_format == "torch":
             import torch
@@ -206,6 +206,12 @@ def _unreadable(flag: str, path: str, script: str, error: Exception, other_forma
         writer = None
     if isinstance(writer, str):
         kind = "a torch" if other_format == "torch" else "a JAX (flax msgpack)"
+        if other_format == "torch":
+            resumable = "optimizer_state_dict" in other
+        else:
+            resumable = isinstance(other.get("train_state"), dict) and "opt_state" in other["train_state"]
+        if not resumable:  # a .cleanrl_model: weights to evaluate, which no script resumes (trial 18)
+            _fail(flag, path, f"is {kind} model file of {writer!r} (weights to evaluate), not a checkpoint of {script!r}")
         _fail(flag, path, f"is {kind} checkpoint of {writer!r}, not one of {script!r}; resume it with {writer}.py")
     _fail(flag, path, f"is not a readable checkpoint ({type(error).__name__})")
 

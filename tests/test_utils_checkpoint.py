@@ -639,8 +639,9 @@ def test_a_twin_frameworks_checkpoint_is_named_as_such(tmp_path):
     from cleanrl_utils.checkpoint import load_msgpack
 
     torch_file, jax_file = tmp_path / "checkpoint.pt", tmp_path / "checkpoint.msgpack"
-    torch.save({"script": "ppo_atari_envpool", "iteration": 3}, torch_file)
-    jax_file.write_bytes(flax.serialization.msgpack_serialize({"script": "ppo_atari_envpool_xla_jax", "iteration": 3}))
+    torch.save({"script": "ppo_atari_envpool", "iteration": 3, "optimizer_state_dict": {}}, torch_file)
+    jax_state = {"script": "ppo_atari_envpool_xla_jax", "iteration": 3, "train_state": {"opt_state": {"count": 1}}}
+    jax_file.write_bytes(flax.serialization.msgpack_serialize(jax_state))
     one_line_exit(
         lambda: load_msgpack(str(torch_file), "ppo_atari_envpool_xla_jax", {}),
         "is a torch checkpoint of 'ppo_atari_envpool', not one of 'ppo_atari_envpool_xla_jax'; resume it with ppo_atari_envpool.py",
@@ -648,6 +649,20 @@ def test_a_twin_frameworks_checkpoint_is_named_as_such(tmp_path):
     one_line_exit(
         lambda: load_torch(str(jax_file), "ppo_atari_envpool"),
         "is a JAX (flax msgpack) checkpoint of 'ppo_atari_envpool_xla_jax', not one of 'ppo_atari_envpool'",
+    )
+    # a model file (weights to evaluate) is named as such, not as a checkpoint to resume elsewhere (trial 18)
+    torch_model, jax_model = tmp_path / "ppo.cleanrl_model", tmp_path / "jax.cleanrl_model"
+    torch.save({"script": "ppo", "model_state_dict": {}}, torch_model)
+    jax_model.write_bytes(
+        flax.serialization.msgpack_serialize({"script": "ppo_atari_envpool_xla_jax", "model_state_dict": {}})
+    )
+    one_line_exit(
+        lambda: load_msgpack(str(torch_model), "ppo_atari_envpool_xla_jax", {}),
+        "is a torch model file of 'ppo' (weights to evaluate), not a checkpoint of 'ppo_atari_envpool_xla_jax'",
+    )
+    one_line_exit(
+        lambda: load_torch(str(jax_model), "ppo_atari_envpool"),
+        "is a JAX (flax msgpack) model file of 'ppo_atari_envpool_xla_jax' (weights to evaluate), not a checkpoint of",
     )
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     one_line_exit(lambda: load_torch(str(tmp_path / "junk.pt"), "ppo_atari_envpool"), "is not a readable checkpoint")
