@@ -161,6 +161,10 @@ class Args:
     num_iterations: tyro.conf.Suppress[int] = 0
 
 
+def processes(count: int) -> str:
+    return f"{count} process" if count == 1 else f"{count} processes"
+
+
 def validate_args(args: Args, world_size: int) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written."""
     check_run_args(args)
@@ -171,7 +175,7 @@ def validate_args(args: Args, world_size: int) -> None:
     global_batch = world_size * args.local_num_envs * args.num_steps
     if global_batch > args.total_timesteps:
         sys.exit(
-            f"error: --total-timesteps {args.total_timesteps} is smaller than one rollout of all {world_size} processes "
+            f"error: --total-timesteps {args.total_timesteps} is smaller than one rollout of all {processes(world_size)} "
             f"({global_batch} steps = {world_size} x --local-num-envs {args.local_num_envs} x --num-steps {args.num_steps})"
         )
     check_positive(args, "max_episode_steps")
@@ -411,9 +415,9 @@ if __name__ == "__main__":
         if checkpoint and checkpoint["world_size"] != world_size:  # the batch, env seeds and shapes depend on it
             saved = checkpoint["args"]
             sys.exit(
-                f"error: --resume {args.resume!r} was written by {checkpoint['world_size']} processes x --local-num-envs "
+                f"error: --resume {args.resume!r} was written by {processes(checkpoint['world_size'])} x --local-num-envs "
                 f"{saved.get('local_num_envs')}, this launch has {world_size}; relaunch with "
-                f"{checkpoint['world_size']} processes in all (torchrun --nnodes x --nproc-per-node)"
+                f"{processes(checkpoint['world_size'])} in all (torchrun --nnodes x --nproc-per-node)"
             )
         if checkpoint:  # the saved args, with the flags of this command that may change on resume applied
             args = resume_args(Args, checkpoint, args.resume, checkpoint_utils.MAY_CHANGE_ON_RESUME + ("dist_timeout",))

@@ -19,7 +19,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cleanrl.ppo_atari_envpool_distributed import Agent, Args, kl_says_stop, loss_module, ppo_loss  # noqa: E402
+from cleanrl.ppo_atari_envpool_distributed import (  # noqa: E402
+    Agent,
+    Args,
+    kl_says_stop,
+    loss_module,
+    ppo_loss,
+)
 from cleanrl_utils.distributed import check_one_gpu_per_process, init_distributed, local_env_seed  # noqa: E402
 
 SCRIPT = "ppo_atari_envpool_distributed"
@@ -415,6 +421,18 @@ BAD_INPUT = [
     (["--dist-timeout", "nan"], ["--dist-timeout must be", "finite", "got nan"]),  # was: a traceback
     (["--dist-timeout", "inf"], ["--dist-timeout must be", "finite", "got inf"]),
 ]
+
+
+def test_a_one_process_checkpoint_is_named_in_the_singular(tmp_path):
+    """Trial 17 cosmetic: a 1-process checkpoint resumed by 2 processes was 'written by 1 processes'. The world size is
+    checked before the process group starts, so the variables torchrun sets are enough here."""
+    checkpoint = tmp_path / "checkpoint.pt"
+    state = {"script": SCRIPT, "run_name": "r", "iteration": 1, "global_step": 1024, "world_size": 1}
+    state |= {"args": {"local_num_envs": 2}, "rng": {}, "model_state_dict": {}, "optimizer_state_dict": {}}
+    torch.save(state, checkpoint)
+    as_rank_0_of_2 = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+    result = run_script(SCRIPT, "--resume", str(checkpoint), env=as_rank_0_of_2, timeout=120)
+    assert_one_error_line(result, ["written by 1 process x --local-num-envs 2", "relaunch with 1 process in all"])
 
 
 def test_bad_input_under_torchrun_is_said_once():
