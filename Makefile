@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine with Python 3.11:
 #   make run    creates .venv, installs, trains PPO on Pong with live progress
 #   make test   creates/updates .venv, runs the test suite
+#   make clean  removes .venv and pytest's cache; runs/, wandb/ and videos/ hold your results and are kept
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -37,4 +38,4 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff format --check cleanrl cleanrl_utils tests
 
 clean:
-	rm -rf $(VENV) runs wandb videos .pytest_cache
+	rm -rf $(VENV) .pytest_cache

@@ -283,3 +283,14 @@ def test_running_page_lists_every_campaign_slice():
     text = read(os.path.join(DOCS, "running.md"))
     listed = re.findall(r"^  - `([\w-]+)`: ", text.split("benchmark/campaign.py --slice", 1)[1], re.MULTILINE)
     assert sorted(listed) == sorted(campaign.SLICES), f"running.md lists {listed}, campaign.py has {list(campaign.SLICES)}"
+
+
+def test_make_clean_keeps_the_users_runs():
+    """Trial 17 cosmetic: `make clean` deleted runs/, wandb/ and videos/ (every result) with no word in the docs. It
+    removes only what `make` made; `make -n` prints the commands without running them."""
+    import subprocess
+
+    result = subprocess.run(["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    removed = shlex.split(result.stdout.strip().removeprefix("rm -rf "))
+    assert removed == [".venv", ".pytest_cache"], result.stdout
