@@ -38,6 +38,9 @@ COMPLETED_SAVES: list[str] = []
 SAME_STOP_SECONDS = 1.0
 # What a command-line tool leaves behind if a signal stops it now, said in its one line (exit_tool_on_signals).
 LEFT_BEHIND: list[str] = []
+# The folder of the evaluation video being filmed now (cleanrl_utils.video.VideoJobs), if any. Its evaluator runs in
+# its own session and finishes its video after a second Ctrl-C stops training: that line says so (trial 18).
+STILL_FILMING: list[str] = []
 # The run folder this process made for a fresh run (cleanrl_utils.run.run_folder): a signal during start-up removes
 # it, since nothing was trained into it, and so does a refusal of memory before any checkpoint was saved (trial 15, S5: each stop between "run folder:" and training left an empty
 # folder, which --resume then could not use).
@@ -345,6 +348,9 @@ class StopAfterIteration:
             if self.first_at == 0.0 or time.monotonic() - self.first_at < SAME_STOP_SECONDS:
                 return  # the first signal again, passed on by a launcher (or landing inside its own handler)
             removed = remove_saves_in_progress()
+            filming = "".join(
+                f"; the evaluation video being filmed in {folder} is finished by its own process" for folder in STILL_FILMING
+            )
             saved = [  # checkpoint.pt, or checkpoint-{step}.pt with --keep-checkpoints (checkpoint.pt links to it)
                 os.path.join(os.path.dirname(path), "checkpoint.pt")
                 for path in COMPLETED_SAVES[self.saves_before :]
@@ -353,12 +359,12 @@ class StopAfterIteration:
             if saved and not removed:  # the stop's own checkpoint is whole: only what came after it is cut short
                 _say(
                     f"{SIGNAL_NAMES[signum]} again: stopped at once; the checkpoint written after the first signal is "
-                    f"whole: {saved[-1]} (continue with --resume {saved[-1]})"
+                    f"whole: {saved[-1]} (continue with --resume {saved[-1]}){filming}"
                 )
                 _exit_now(128 + signum)
             _say(
                 f"{SIGNAL_NAMES[signum]} again: aborted without saving ({removed}a checkpoint written before, if any, "
-                "stays valid)"
+                f"stays valid){filming}"
             )
             _exit_now(128 + signum)
         self.saves_before = len(COMPLETED_SAVES)

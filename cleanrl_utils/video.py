@@ -8,6 +8,8 @@ import warnings
 
 import numpy as np
 
+from cleanrl_utils.stop import STILL_FILMING
+
 
 class VideoWriter:
     """One episode, one file. Frames are (H, W, 3) uint8 with even H and W (yuv420p needs them). The file is written
@@ -126,6 +128,7 @@ class VideoJobs:
         log = open(os.path.join(video_dir, "evaluate.log"), "w")
         process = subprocess.Popen(command, stdout=log, stderr=log, env=self.env, start_new_session=True)
         self.running = (process, video_dir, log)
+        STILL_FILMING[:] = [video_dir]
 
     def _running_still(self) -> bool:
         if self.running is None:
@@ -151,6 +154,7 @@ class VideoJobs:
             )
         self.skipped = []
         self.running = None
+        STILL_FILMING.clear()
 
     def finish(self) -> None:
         """Wait for the evaluator still running, if any."""

@@ -503,23 +503,27 @@ def test_stopped_line_names_the_checkpoint_and_the_resume_command():
 SAVED_THEN_FILMING = """
     import sys, time
     from cleanrl_utils.checkpoint import write_atomically
-    from cleanrl_utils.stop import StopAfterIteration
+    from cleanrl_utils.stop import STILL_FILMING, StopAfterIteration
 
     stop = StopAfterIteration()
     print("ready", flush=True)
     while not stop.requested:
         time.sleep(0.01)
     write_atomically(sys.argv[1], lambda file: file.write(b"the stop's checkpoint"))
+    STILL_FILMING.extend(sys.argv[2:])  # what VideoJobs notes while an evaluator films
     print("saved; filming the last video", flush=True)
     time.sleep(60)
 """
 
 
-def test_a_second_signal_after_the_stops_checkpoint_says_it_is_whole(tmp_path):
+@pytest.mark.parametrize("filming", [False, True])
+def test_a_second_signal_after_the_stops_checkpoint_says_it_is_whole(tmp_path, filming):
     """Trial 10, D4: the first Ctrl-C's checkpoint was written, then the run waited for its last evaluation video; a
-    second Ctrl-C said "aborted without saving", and no line said how to resume."""
+    second Ctrl-C said "aborted without saving", and no line said how to resume. Trial 18: the line said "stopped at
+    once" while the video's evaluator, in its own session, went on to finish the video: the line now says so."""
     path = tmp_path / "checkpoint.pt"
-    command = [sys.executable, "-c", textwrap.dedent(SAVED_THEN_FILMING), str(path)]
+    video_dir = os.path.join("runs", "X", "videos", "iteration-9")
+    command = [sys.executable, "-c", textwrap.dedent(SAVED_THEN_FILMING), str(path)] + ([video_dir] if filming else [])
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     wait_for(process, "ready")
     process.send_signal(signal.SIGINT)
@@ -531,6 +535,7 @@ def test_a_second_signal_after_the_stops_checkpoint_says_it_is_whole(tmp_path):
     assert stderr_lines(stderr)[-1] == (
         f"Ctrl-C again: stopped at once; the checkpoint written after the first signal is whole: {path} "
         f"(continue with --resume {path})"
+        + (f"; the evaluation video being filmed in {video_dir} is finished by its own process" if filming else "")
     )
     assert path.read_bytes() == b"the stop's checkpoint"
 

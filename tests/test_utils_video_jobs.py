@@ -16,6 +16,7 @@ import time
 import pytest
 from helpers import decoded_video
 
+from cleanrl_utils.stop import STILL_FILMING
 from cleanrl_utils.video import VideoJobs
 
 STUB_EVALUATOR = """
@@ -94,6 +95,7 @@ def test_one_evaluator_at_a_time_skips_said_and_the_last_one_waited_for(stub, ca
     )
     assert started["env"] == "passed"
 
+    assert STILL_FILMING == [video_dir(run_dir, 2)]  # named by a second Ctrl-C's line: it finishes on its own
     jobs.film(4)  # due while 2 is still filming: skipped, and said
     out = capsys.readouterr().out
     assert out == "evaluation video of iteration 4 skipped: the previous one is still being filmed\n"
@@ -129,6 +131,7 @@ def test_one_evaluator_at_a_time_skips_said_and_the_last_one_waited_for(stub, ca
     )
     jobs.finish()  # nothing left: nothing printed
     assert capsys.readouterr().out == ""
+    assert STILL_FILMING == []
     assert jobs.results == [f"evaluation video written: {video_dir(run_dir, i)}" for i in (2, 6, 8)]
 
     # never two at once: each evaluator started after the previous one had written its video
@@ -154,6 +157,7 @@ def test_a_failed_evaluator_is_reported_with_its_log(stub, capsys):
 TRAINING = """
 import sys, time
 from cleanrl_utils.stop import StopAfterIteration
+from cleanrl_utils.stop import STILL_FILMING
 from cleanrl_utils.video import VideoJobs
 
 def write_model(path):
