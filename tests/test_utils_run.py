@@ -479,7 +479,8 @@ def test_track_without_a_wandb_login_is_one_line_and_leaves_no_run_folder(tmp_pa
     command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--total-timesteps", "256", "--num-envs", "2"]
     command += ["--num-steps", "64", "--track", "--log-dir", str(tmp_path / "runs")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
-    assert_one_error_line(result, ["--track could not start Weights and Biases within 30 s (UsageError", "WANDB_MODE=offline"])
+    # no login fails at once: no "within 30 s" (trial 17)
+    assert_one_error_line(result, ["--track could not start Weights and Biases (UsageError", "WANDB_MODE=offline"])
     assert os.listdir(tmp_path / "runs") == []
 
 
