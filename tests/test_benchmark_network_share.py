@@ -1,0 +1,53 @@
+"""benchmark/network_share.py: the profiled child counts the network's arithmetic (convolutions and matrix products,
+forward and backward) and nothing else, and bad input is one line before anything runs."""
+
+import os
+import subprocess
+import sys
+
+from helpers import REPO
+
+SCRIPT = os.path.join(REPO, "benchmark", "network_share.py")
+
+# 20 products of 256 x 256 matrices with their backward (2 more products each), and elementwise work that is not
+# arithmetic of the network's kind; exits 0 through sys.exit, as the training scripts do
+WORKLOAD = """
+import sys
+import torch
+
+torch.manual_seed(0)
+a = torch.randn(256, 256, requires_grad=True)
+b = torch.randn(256, 256)
+for _ in range(20):
+    (a @ b).sum().backward()
+    c = torch.exp(b).sin().cos()
+conv = torch.nn.Conv2d(4, 8, 3)
+conv(torch.randn(2, 4, 16, 16)).sum().backward()
+sys.exit(0)
+"""
+
+
+def test_the_child_counts_products_and_convolutions_only(tmp_path):
+    workload, out = tmp_path / "workload.py", tmp_path / "arithmetic.txt"
+    workload.write_text(WORKLOAD)
+    command = [sys.executable, SCRIPT, "--child", str(out), "--", str(workload)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    seconds, wall, threads = out.read_text().splitlines()[0].split()
+    ops = dict(item.split("=") for item in out.read_text().splitlines()[1].split())
+    assert set(ops) >= {"aten::mm", "aten::convolution_backward"} and not {"aten::exp", "aten::sin"} & set(ops), ops
+    assert 0 < float(seconds) < float(wall) and int(threads) >= 1
+    assert abs(sum(float(value.rstrip("s")) for value in ops.values()) - float(seconds)) < 0.02 * len(ops)
+
+
+def test_bad_input_is_one_line_before_anything_runs(tmp_path):
+    for flags, expected in (
+        (["--only", "nosuch"], "error: --only 'nosuch': each name must be one of c51_atari_envpool"),
+        (["--only", ""], "error: --only '': each name must be one of"),
+        (["--only", "c51_atari_envpool", "--steps", "2000"], "error: --steps 2000 leaves too little learning phase"),
+    ):
+        result = subprocess.run(
+            [sys.executable, SCRIPT, *flags, "--log-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 1 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1, result.stderr
+        assert not (tmp_path / "runs").exists()
