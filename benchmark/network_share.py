@@ -111,9 +111,9 @@ def main() -> None:
         for name in names:
             row = rows[name]
             steps = args.steps or row.steps
-            if steps <= max(row.from_step, learning_starts(row.command)) + 500:
-                sys.exit(f"error: --steps {steps} leaves too little learning phase for {name} (at least "
-                         f"{max(row.from_step, learning_starts(row.command)) + 501})")  # fmt: skip
+            fewest = max(row.from_step, learning_starts(row.command)) + 1024  # SPS is logged every 1,000 steps
+            if steps < fewest:
+                sys.exit(f"error: --steps {steps} leaves too little learning phase for {name} (at least {fewest})")
             f = measure(row, steps, log_dir)
             ref, own = f["reference"], f["script"]
             cells = [
