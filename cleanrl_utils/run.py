@@ -3,6 +3,7 @@ its CPU thread count: the plumbing every script shares, one small function or cl
 """
 
 import os
+import shlex
 import sys
 import time
 
@@ -125,10 +126,12 @@ def check_resumes_the_latest(run_dir: str, checkpoint_path: str, saved_step: int
 
 
 def refuse_to_overwrite(checkpoint_path: str, run_dir: str, step: int, ext: str, why: str) -> None:
-    branch = f"{run_dir}-from-{step}"
+    # shell-quoted: the commands are pasted into a shell, and a path may hold spaces or quotes (trial 19)
+    branch, target = f"{run_dir}-from-{step}", os.path.join(f"{run_dir}-from-{step}", f"checkpoint{ext}")
     sys.exit(
         f"error: --resume {checkpoint_path!r} {why}; resuming it in place would overwrite that lineage. To branch from "
-        f"it: mkdir {branch} && cp {checkpoint_path} {branch}/checkpoint{ext}, then --resume {branch}/checkpoint{ext}"
+        f"it: mkdir {shlex.quote(branch)} && cp {shlex.quote(checkpoint_path)} {shlex.quote(target)}, then --resume "
+        f"{shlex.quote(target)}"
     )
 
 

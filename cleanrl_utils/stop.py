@@ -22,6 +22,7 @@ import atexit
 import itertools
 import os
 import re
+import shlex
 import signal
 import time
 
@@ -359,7 +360,7 @@ class StopAfterIteration:
             if saved and not removed:  # the stop's own checkpoint is whole: only what came after it is cut short
                 _say(
                     f"{SIGNAL_NAMES[signum]} again: stopped at once; the checkpoint written after the first signal is "
-                    f"whole: {saved[-1]} (continue with --resume {saved[-1]}){filming}"
+                    f"whole: {saved[-1]} (continue with --resume {shlex.quote(saved[-1])}){filming}"
                 )
                 _exit_now(128 + signum)
             _say(
@@ -375,7 +376,9 @@ class StopAfterIteration:
 
 
 def stopped_line(iteration: int, checkpoint_path: str) -> str:
-    return f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {checkpoint_path})"
+    # the path shell-quoted in the command to paste: a --log-dir may hold spaces or quotes (trial 19)
+    resume = shlex.quote(checkpoint_path)
+    return f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {resume})"
 
 
 def ignore_signals_in_worker() -> None:

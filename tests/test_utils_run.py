@@ -427,6 +427,24 @@ def test_checkpoint_pt_rolled_back_to_an_older_kept_copy_is_refused_too(tmp_path
     assert run_folder(run_args("runs"), latest)[1] == str(run_dir)  # no step at hand, no equal kept file: resumes
 
 
+def test_the_branch_commands_paste_into_a_shell_under_any_folder_name(tmp_path):
+    """Trial 19, W1: under a folder named 'k c' the printed `mkdir ... && cp ...` made a stray folder 'k' and failed.
+    Pasted into bash as printed, the commands branch the run, and the --resume path they name is the copy."""
+    run_dir = tmp_path / "k c $(touch pwned) it's" / "CartPole-v1__ppo__1__1700000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "checkpoint-000000100.pt").write_bytes(b"step 100")
+    (run_dir / "checkpoint.pt").write_bytes(b"step 200")
+    line = one_line_exit(lambda: run_folder(run_args("runs"), str(run_dir / "checkpoint-000000100.pt")), "To branch")
+    commands, resume = line.split("To branch from it: ")[1].split(", then --resume ")
+    pasted = subprocess.run(
+        ["bash", "-c", f"{commands} && printf '%s' {resume}"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert pasted.returncode == 0, pasted.stderr
+    assert open(pasted.stdout, "rb").read() == b"step 100" and pasted.stdout == f"{run_dir}-from-100/checkpoint.pt"
+    assert sorted(os.listdir(run_dir.parent)) == [run_dir.name, f"{run_dir.name}-from-100"]
+    assert not (tmp_path / "pwned").exists()
+
+
 def test_an_older_checkpoint_of_a_long_run_names_how_many_went_on_not_each(tmp_path):
     """Trial 8, S1: a run that kept 140 checkpoints after the one resumed made a 5,000-character line."""
     run_dir = tmp_path / "CartPole-v1__ppo__1__1700000000"

@@ -500,6 +500,17 @@ def test_stopped_line_names_the_checkpoint_and_the_resume_command():
     assert stopped_line(7, path) == f"stopped at iteration 7; checkpoint: {path} (continue with --resume {path})"
 
 
+@pytest.mark.parametrize("log_dir", ["My Runs", "it's", "$(touch pwned)", 'a"b'])
+def test_the_resume_command_pastes_into_a_shell_as_the_path(tmp_path, log_dir):
+    """Trial 19, W1: under --log-dir 'My Runs' the printed `--resume <path>` split in two when pasted (a path with
+    $(...) in it ran the command). bash reads the printed command back as exactly the path."""
+    path = str(tmp_path / log_dir / "CartPole-v1__ppo__1__1" / "checkpoint.pt")
+    command = stopped_line(7, path).split("(continue with ")[1].removesuffix(")")
+    pasted = subprocess.run(["bash", "-c", f"printf '%s\\n' {command}"], capture_output=True, text=True, cwd=tmp_path)
+    assert pasted.stdout.splitlines() == ["--resume", path], pasted
+    assert not (tmp_path / "pwned").exists()
+
+
 SAVED_THEN_FILMING = """
     import sys, time
     from cleanrl_utils.checkpoint import write_atomically
