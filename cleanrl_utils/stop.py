@@ -102,7 +102,7 @@ MACHINE_REFUSAL_SIGNS = (
 )
 # The smallest address-space limit (`ulimit -v`) a training script is started under. Below it PyTorch's own import
 # aborts in C++ (std::bad_alloc, exit 134 with no line: 488 MiB on an AMD EPYC here), which no Python code can catch;
-# above it a refusal is a Python exception, which `refused_memory_in_one_line` turns into one line.
+# above it a refusal is a Python exception, which `machine_refusal_in_one_line` turns into one line.
 MIN_ADDRESS_SPACE = 600 * 2**20
 # The EnvPool MuJoCo scripts' floor (trial 17, U7; trial 18, V3). Below it MuJoCo's and EnvPool's threads, or torch's
 # import after EnvPool's, failed in C++ where no Python code hears it (AMD EPYC, 2 cores, one env: 1,000,000 KiB
@@ -167,12 +167,33 @@ def remove_fresh_run_folder() -> str:
     return ""
 
 
-def refused_memory_in_one_line(kind, error, traceback) -> None:
+def full_disk(error: BaseException | None) -> OSError | None:
+    """The OSError in `error`'s chain of exceptions that is a full disk or an exhausted quota, if any."""
+    import errno
+
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def machine_refusal_in_one_line(kind, error, traceback) -> None:
     """sys.excepthook of a training run and of the tools: the machine refusing memory or threads (a `ulimit -v`, a container's limit,
     a machine out of threads) is one line naming the limit, not a traceback, and a fresh run folder with no checkpoint
     in it is removed (trial 15, S1: tracebacks from torch's and EnvPool's imports, from MuJoCo's engine, and empty run
-    folders left). Anything else is the default traceback."""
+    folders left). So is a full disk (trial 19, W2: results and plot ended in two chained tracebacks), with what the
+    tool had written so far (LEFT_BEHIND). Anything else is the default traceback."""
     import sys
+
+    full = full_disk(error)
+    if full is not None:
+        where = f": {full.filename}" if full.filename else ""
+        sys.stderr.write(
+            f"error: the disk is full ({full.strerror}{where}){remove_fresh_run_folder()}{remove_empty_output_dirs()}"
+            f"{''.join('; ' + left for left in LEFT_BEHIND)}: free space there, or write elsewhere, and run again\n"
+        )
+        return
 
     # Under an address-space limit, an ImportError of an installed library is the limit too: a library whose load
     # failed for memory can leave a half-made module behind, and the next import from it fails with "cannot import
@@ -191,14 +212,14 @@ def exit_at_once_on_signals(envpool_mujoco: bool = False) -> None:
     """Start-up: Ctrl-C or SIGTERM exits at once (exit code 128 + signal number) with one line. Also keeps the run
     alive when the reader of its stdout goes (trial 12, P5: `ppo.py | head -2` lost the run to a BrokenPipeError),
     refuses an address-space limit its libraries cannot load under, and makes the machine's refusal of memory one
-    line (refused_memory_in_one_line). It runs before the heavy imports, so all of this covers them too."""
+    line (machine_refusal_in_one_line). It runs before the heavy imports, so all of this covers them too."""
     import sys
 
     if envpool_mujoco:  # the EnvPool MuJoCo scripts: a higher floor, checked before EnvPool and torch load
         check_address_space(MUJOCO_ENVPOOL_ADDRESS_SPACE, "an EnvPool MuJoCo script")
     check_address_space(MIN_ADDRESS_SPACE, "a training script (PyTorch or JAX, EnvPool or Gymnasium)")
     one_blas_thread_under_a_memory_limit()
-    sys.excepthook = refused_memory_in_one_line
+    sys.excepthook = machine_refusal_in_one_line
     if not isinstance(sys.stdout, OutputThatOutlivesItsReader):
         sys.stdout = OutputThatOutlivesItsReader(sys.stdout)
 
@@ -309,7 +330,7 @@ def exit_tool_on_signals(tool: str) -> None:
     import sys
 
     one_blas_thread_under_a_memory_limit()
-    sys.excepthook = refused_memory_in_one_line  # trial 16: plot under `ulimit -v 300000`, a MemoryError traceback
+    sys.excepthook = machine_refusal_in_one_line  # trial 16: plot under `ulimit -v 300000`, a MemoryError traceback
     end_quietly_when_the_reader_goes()
     signals_seen = itertools.count()  # one C call: of a signal and its launcher's copy, exactly one call sees 0
 

@@ -1,9 +1,13 @@
 """Evaluation videos: stream RGB frames into an H.264 MP4 (imageio-ffmpeg ships its own ffmpeg), and
 the evaluation-video jobs a training run starts."""
 
+import contextlib
+import errno
 import os
+import signal
 import subprocess
 import sys
+import threading
 import warnings
 
 import numpy as np
@@ -31,12 +35,53 @@ class VideoWriter:
         )
 
     def append(self, frame: np.ndarray) -> None:
-        self._writer.append_data(np.ascontiguousarray(frame))
+        with self._ffmpeg_failures_said():
+            self._writer.append_data(np.ascontiguousarray(frame))
         self.frames += 1
 
     def close(self) -> None:
-        self._writer.close()
+        with self._ffmpeg_failures_said():
+            self._writer.close()
         os.replace(self.partial_path, self.path)
+
+    @contextlib.contextmanager
+    def _ffmpeg_failures_said(self):
+        """ffmpeg encodes in a child process fed through a pipe. A tool ends silently when its stdout's reader goes
+        (SIGPIPE at its default action), so a write to ffmpeg's pipe after ffmpeg died killed evaluate with no word
+        (trial 19, W3: a full disk, exit 141). Here a dead ffmpeg raises, and a full disk is named as such: ffmpeg's
+        own line about it is below the log level set above."""
+        quiet_exit = threading.current_thread() is threading.main_thread()
+        quiet_exit = quiet_exit and signal.getsignal(signal.SIGPIPE) == signal.SIG_DFL
+        if quiet_exit:
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        try:
+            yield
+        except Exception as error:
+            if self._disk_is_full():
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.partial_path) from error
+            raise
+        finally:
+            if quiet_exit:
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+    def _disk_is_full(self) -> bool:
+        """Whether 64 KiB more of the video file can be written where ffmpeg wrote it (the file is cut short anyway)."""
+        try:
+            size = os.path.getsize(self.partial_path) if os.path.exists(self.partial_path) else 0
+            with open(self.partial_path, "ab", buffering=0) as file:
+                try:
+                    written, probe = 0, bytes(2**16)
+                    while written < len(probe):  # a short write is a nearly full disk; the next one raises
+                        written += file.write(probe[written:])
+                    os.fsync(file.fileno())
+                except OSError as error:
+                    return error.errno in (errno.ENOSPC, errno.EDQUOT)
+                finally:
+                    with contextlib.suppress(OSError):  # not every file can be cut back (a device)
+                        file.truncate(size)
+        except OSError:
+            pass
+        return False
 
 
 def check_gymnasium_films(env_id: str) -> None:

@@ -451,3 +451,28 @@ def test_help_gives_each_flag_one_default():
     assert "(default: None)" not in result.stdout
     for hint in ("videos/ beside the model", "0.05, as CleanRL evaluates DQN", "the one the file records"):
         assert hint in " ".join(result.stdout.replace("│", " ").split()), hint
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a file every write to fails with ENOSPC")
+def test_a_full_disk_while_filming_is_one_line(tmp_path):
+    """Trial 19, W3: on a full disk, ffmpeg died and evaluate's next write to its pipe ended evaluate through SIGPIPE
+    (exit 141) with no word at all. The video file is linked to /dev/full, where every write fails as on a full disk."""
+    import cleanrl.ppo as ppo
+
+    torch.manual_seed(0)
+    model_path = str(tmp_path / "ppo.cleanrl_model")
+    args = {"env_id": "CartPole-v1", "max_episode_steps": 0}
+    torch.save({"script": "ppo", "args": args, "model_state_dict": ppo.Agent(4, 2).state_dict()}, model_path)
+    video_dir = tmp_path / "videos"
+    video_dir.mkdir()
+    os.symlink("/dev/full", video_dir / "eval-episode-0.partial.mp4")
+    command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
+    command += ["--capture-video", "--video-dir", str(video_dir), "--torch-threads", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
+    lines = [line for line in result.stderr.splitlines() if line.strip() and "warn" not in line.lower()]
+    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(
+        f"error: the disk is full (No space left on device: {video_dir / 'eval-episode-0.partial.mp4'}); {video_dir} "
+        "holds the videos"
+    ), lines
+    assert lines[0].endswith(": free space there, or write elsewhere, and run again"), lines

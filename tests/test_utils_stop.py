@@ -779,3 +779,36 @@ def test_plot_under_a_tight_memory_limit_plots_or_says_so_in_one_line(tmp_path, 
         assert stderr_lines(result.stderr)[-1:] == stderr_lines(result.stderr), result.stderr
         assert result.stderr.startswith("error: the machine refused memory or threads (ulimit -v: "), result.stderr
         assert not out.exists() or (os.listdir(out) and "holds the plots drawn so far" in result.stderr)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a file every write to fails with ENOSPC")
+@pytest.mark.parametrize("tool", ["plot", "results"])
+def test_a_tool_on_a_full_disk_says_so_in_one_line(tmp_path, tool):
+    """Trial 19, W2: results and plot on a full disk ended in two chained tracebacks (Pillow's, then OSError ENOSPC).
+    One file of the output folder is linked to /dev/full, where every write fails as on a full disk."""
+    import shutil
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    out = tmp_path / "out"
+    out.mkdir()
+    if tool == "plot":
+        writer = SummaryWriter(str(tmp_path / "runs" / "CartPole-v1__ppo__1__1"))
+        for step in range(1, 6):
+            writer.add_scalar("charts/episodic_return", float(step), step * 100)
+        writer.close()
+        os.symlink("/dev/full", out / "CartPole-v1.png")
+        command = ["-m", "cleanrl_utils.plot", "--log-dir", str(tmp_path / "runs"), "--include-unfinished"]
+        holds = "holds the plots drawn so far"
+    else:
+        shutil.copytree(os.path.join(REPO, "benchmark", "results"), tmp_path / "results")
+        os.symlink("/dev/full", out / "tables.md")
+        command = ["-m", "cleanrl_utils.results", "--results-dir", str(tmp_path / "results")]
+        holds = "holds the tables and figures written so far"
+    result = subprocess.run(
+        [sys.executable, *command, "--output-dir", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert stderr_lines(result.stderr)[-1:] == stderr_lines(result.stderr), result.stderr
+    assert result.stderr.startswith("error: the disk is full (No space left on device"), result.stderr
+    assert f"{out} {holds}" in result.stderr and result.stderr.endswith("write elsewhere, and run again\n")
