@@ -24,6 +24,7 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
         run_dir = os.path.dirname(os.path.abspath(checkpoint_path))
         check_resumable_dir(run_dir, checkpoint_path)
         check_resumes_the_latest(run_dir, checkpoint_path)
+        lock_run_folder(run_dir)
         print(f"run folder: {run_dir}", flush=True)
         return os.path.basename(run_dir), run_dir
     check_exp_name(args.exp_name)
@@ -40,11 +41,58 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
             except FileExistsError:
                 continue
             FRESH_RUN_FOLDER.append(run_dir)  # a signal before training starts removes it again
+            lock_run_folder(run_dir)  # a --resume of a checkpoint this run writes waits its turn
             print(f"run folder: {run_dir}", flush=True)
             return run_name, run_dir
     except OSError as error:
         sys.exit(f"error: --log-dir {args.log_dir!r} cannot hold a run folder ({type(error).__name__}: {error.strerror})")
     sys.exit(f"error: --log-dir {args.log_dir!r} already holds runs {base} to {base}-999")
+
+
+# The run folders this process writes, each an open descriptor holding its flock until the process ends.
+RUN_FOLDER_LOCKS: dict[str, int] = {}
+
+
+def lock_run_folder(run_dir: str) -> None:
+    """One process writes a run folder at a time (trial 19, W4: two resumes of one checkpoint both ran, each
+    overwriting the other's checkpoint and model, and the folder logged every step twice). An flock on the folder
+    itself: the kernel releases it when the process ends, however it ends (kill -9 too), so no stale lock is left, and
+    nothing is written into the folder. A file system without flock is left unlocked."""
+    import fcntl
+
+    if run_dir in RUN_FOLDER_LOCKS:
+        return
+    try:
+        descriptor = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        holder = run_folder_holder(run_dir)
+        sys.exit(
+            f"error: the run folder {run_dir} is being written by another process{holder}: wait for it to end, or "
+            "branch from a copy of its checkpoint in a folder of its own"
+        )
+    except OSError:
+        os.close(descriptor)
+        return
+    RUN_FOLDER_LOCKS[run_dir] = descriptor
+
+
+def run_folder_holder(run_dir: str) -> str:
+    """' (pid N: its command line)' of the process holding the folder's flock, from /proc/locks; '' if not found."""
+    try:
+        status = os.stat(run_dir)
+        where = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+        with open("/proc/locks") as f:  # "1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF"
+            pids = [fields[4] for fields in map(str.split, f) if fields[1:2] == ["FLOCK"] and fields[5] == where]
+        with open(f"/proc/{pids[0]}/cmdline", "rb") as f:
+            command = " ".join(f.read().decode(errors="replace").replace("\0", " ").split())
+    except (OSError, IndexError):
+        return ""
+    return f" (pid {pids[0]}: {command[:160]})"
 
 
 # The longest file name most file systems take (ext4, xfs, btrfs: 255 bytes); the run folder's time stamp and

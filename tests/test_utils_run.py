@@ -519,3 +519,47 @@ def test_track_with_a_key_but_no_answer_gives_up_in_one_line_and_leaves_nothing(
     last = result.stderr.strip().splitlines()[-1]  # after wandb's own "wandb: ..." lines
     assert last.startswith("error: --track could not start Weights and Biases within 5 s ("), last
     assert os.listdir(tmp_path / "runs") == [] and os.listdir(tmp_path / "cwd") == []
+
+
+HOLD_THE_FOLDER = """
+import sys, time
+from types import SimpleNamespace
+from cleanrl_utils.run import run_folder
+
+run_folder(SimpleNamespace(env_id="CartPole-v1", exp_name="ppo", seed=1, log_dir=sys.argv[1], track=False), sys.argv[2] or None)
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("first", ["fresh", "resumed"])
+def test_a_run_folder_is_written_by_one_process_at_a_time(tmp_path, first):
+    """Trial 19, W4: two resumes of one checkpoint at once both ran, each overwriting the other's checkpoint, and
+    every step was logged twice. A resume of a folder another process writes (a fresh run's or a resumed one's) is
+    one line naming that process, nothing written; once it has ended, the resume goes ahead."""
+    run_dir = tmp_path / "runs" / "CartPole-v1__ppo__1__1700000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "checkpoint.pt").write_bytes(b"step 100")
+    held = str(run_dir / "checkpoint.pt") if first == "resumed" else ""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_FOLDER, str(run_dir.parent), held], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
+    try:
+        assert holder.stdout.readline().startswith("run folder: ")
+        assert holder.stdout.readline() == "holding\n"
+        if first == "fresh":  # its folder is the one made beside the checkpoint's: resume that one's checkpoint
+            (fresh,) = [path for path in (tmp_path / "runs").iterdir() if path != run_dir]
+            (fresh / "checkpoint.pt").write_bytes(b"step 50")
+            run_dir = fresh
+        before = sorted(os.listdir(run_dir))
+        one_line_exit(
+            lambda: run_folder(run_args(tmp_path / "runs"), str(run_dir / "checkpoint.pt")),
+            f"error: the run folder {run_dir} is being written by another process (pid {holder.pid}: ",
+            "wait for it to end, or branch from a copy of its checkpoint in a folder of its own",
+        )
+        assert sorted(os.listdir(run_dir)) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_folder(run_args(tmp_path / "runs"), str(run_dir / "checkpoint.pt"))[1] == str(run_dir)
+    assert run_folder(run_args(tmp_path / "runs"), str(run_dir / "checkpoint.pt"))[1] == str(run_dir)  # its own: again
