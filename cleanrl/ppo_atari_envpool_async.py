@@ -129,7 +129,7 @@ class Args:
     async_batch_size: int = 8
     """EnvPool's batch_size: each recv() returns this many envs, those that finished first (= --num-envs: sync order)"""
     num_threads: int = 0
-    """EnvPool's simulation threads (0: EnvPool's choice); 1 gives a fixed recv order, so a seeded run repeats exactly"""
+    """EnvPool's simulation threads, at most --num-envs (0: EnvPool's choice); 1 gives a fixed recv order, so a seeded run repeats exactly"""
     overlap: bool = False
     """collect the next rollout in a thread while the learner updates on this one (the actor is one update behind)"""
     num_steps: int = 64
@@ -190,8 +190,10 @@ def validate_args(args: Args) -> None:
         sys.exit(
             f"error: --num-steps must be >= 2 here (with 1, almost no row has a result to learn from), got {args.num_steps}"
         )
-    if args.num_threads < 0:
-        sys.exit(f"error: --num-threads must be >= 0 (0 = EnvPool's choice), got {args.num_threads}")
+    if not 0 <= args.num_threads <= args.num_envs:  # more threads than envs idle; 100,000 aborted in C++ (trial 19)
+        sys.exit(
+            f"error: --num-threads must be in 0..--num-envs ({args.num_envs}) (0 = EnvPool's choice), got {args.num_threads}"
+        )
     obs_bytes = 4 * 84 * 84 * (1 if args.uint8_obs else 4)
     check_memory(args.num_steps * args.num_envs * (obs_bytes + 40), "the rollout storage", "--num-envs or --num-steps")
 

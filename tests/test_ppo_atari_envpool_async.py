@@ -339,6 +339,9 @@ BAD_INPUT = [
     (["--num-envs", "4"], ["--async-batch-size must be in 1..--num-envs (4), got 8", "--async-batch-size 2"]),  # trial 6, Q9
     (["--async-batch-size", "7"], ["--async-batch-size 7", "1024"]),
     (["--num-threads", "-1"], ["--num-threads", "-1"]),
+    # trial 19, W5: 100,000 threads aborted in C++ (exit 134) and left an empty run folder
+    (["--num-threads", "100000"], ["--num-threads must be in 0..--num-envs (16)", "got 100000"]),
+    (["--num-threads", "17"], ["--num-threads must be in 0..--num-envs (16)", "got 17"]),
     (["--num-minibatches", "3"], ["--num-minibatches 3", "1024"]),
     (["--num-steps", "1", "--num-minibatches", "1"], ["--num-steps", ">= 2", "got 1"]),
     (["--num-steps", "0"], ["--num-steps", "0"]),
