@@ -7,6 +7,7 @@ benchmark/sac_continuous_action_envpool_sps.sh; alone:
 on real updates) at the fp32 rate this machine measures for the update's own matrix shapes."""
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -21,6 +22,7 @@ from cleanrl.sac_continuous_action_envpool import (
     critic_loss,
     make_env,
 )
+from cleanrl_utils.checks import check_continuous_envpool_id
 from cleanrl_utils.run import torch_threads
 
 
@@ -142,6 +144,12 @@ if __name__ == "__main__":
     parser.add_argument("--profile", action="store_true", help="also print the update's time per op kind (torch.profiler)")
     parser.add_argument("--bound", action="store_true", help="also print the update's compute bound (FLOPs at the fp32 rate)")
     args = parser.parse_args()
+    # one line for a bad value, before any env is made (trial 19, W6: tracebacks, and negative times with exit 0)
+    if args.repeats < 1:
+        sys.exit(f"error: --repeats must be a positive number of timed calls, got {args.repeats}")
+    if args.torch_threads < 0:
+        sys.exit(f"error: --torch-threads must be >= 0 (0: one per free core), got {args.torch_threads}")
+    check_continuous_envpool_id(args.env_id)
     torch.set_num_threads(torch_threads(args.torch_threads))
     configs = [(args.bf16, args.compile)] if args.bf16 or args.compile else [(False, False), (True, False), (True, True)]
     for bf16, compile in configs:

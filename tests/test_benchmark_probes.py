@@ -1,10 +1,12 @@
-"""benchmark/network_share.py: the profiled child counts the network's arithmetic (convolutions and matrix products,
-forward and backward) and nothing else, and bad input is one line before anything runs."""
+"""The speed probes of benchmark/ that are not speed rows: network_share.py's profiled child counts the network's
+arithmetic (convolutions and matrix products, forward and backward) and nothing else; network_share.py and
+sac_step_split.py give one line for bad input before anything runs."""
 
 import os
 import subprocess
 import sys
 
+import pytest
 from helpers import REPO
 
 SCRIPT = os.path.join(REPO, "benchmark", "network_share.py")
@@ -40,7 +42,7 @@ def test_the_child_counts_products_and_convolutions_only(tmp_path):
     assert abs(sum(float(value.rstrip("s")) for value in ops.values()) - float(seconds)) < 0.02 * len(ops)
 
 
-def test_bad_input_is_one_line_before_anything_runs(tmp_path):
+def test_network_share_bad_input_is_one_line_before_anything_runs(tmp_path):
     for flags, expected in (
         (["--only", "nosuch"], "error: --only 'nosuch': each name must be one of c51_atari_envpool"),
         (["--only", ""], "error: --only '': each name must be one of"),
@@ -51,3 +53,19 @@ def test_bad_input_is_one_line_before_anything_runs(tmp_path):
         )
         assert result.returncode == 1 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1, result.stderr
         assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [  # trial 19, W6: ZeroDivisionError and IndexError tracebacks; --repeats -3 printed negative times with exit 0
+        (["--repeats", "0"], "error: --repeats must be a positive number of timed calls, got 0"),
+        (["--repeats", "-3"], "error: --repeats must be a positive number of timed calls, got -3"),
+        (["--env-id", "Breakout-v5"], "error: --env-id 'Breakout-v5' is an EnvPool Atari environment"),
+        (["--torch-threads", "-1"], "error: --torch-threads must be >= 0"),
+    ],
+)
+def test_sac_step_split_bad_input_is_one_line(flags, expected):
+    script = os.path.join(REPO, "benchmark", "sac_step_split.py")
+    result = subprocess.run([sys.executable, script, *flags], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 1 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1, result.stderr
+    assert result.stdout == ""
