@@ -19,6 +19,7 @@ interrupted in the middle of another print() raises "reentrant call".
 """
 
 import atexit
+import errno
 import itertools
 import os
 import re
@@ -26,8 +27,9 @@ import shlex
 import signal
 import time
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
-SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+# SIGHUP: the terminal closed or the ssh connection dropped (trial 19, W7: the run died at once, no checkpoint)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 # The half-written files of the saves in progress (cleanrl_utils.checkpoint.write_atomically): a second signal during a
 # save removes them, each as large as a checkpoint, and a run never resumed would otherwise keep them forever.
 SAVES_IN_PROGRESS: set[str] = set()
@@ -49,7 +51,10 @@ FRESH_RUN_FOLDER: list[str] = []
 
 
 def _say(message: str) -> None:
-    os.write(2, f"\n{message}\n".encode())  # "\n" first: ends a live progress line
+    try:
+        os.write(2, f"\n{message}\n".encode())  # "\n" first: ends a live progress line
+    except OSError:  # no terminal left to say it on (after SIGHUP: EIO); the stop itself goes on
+        pass
 
 
 def _exit_now(code: int) -> None:
@@ -63,8 +68,9 @@ def _exit_now(code: int) -> None:
 
 
 class OutputThatOutlivesItsReader:
-    """stdout for a training run: when its reader goes (`| head`, a pager quit), the run goes on and writes to
-    /dev/null from then on, instead of dying in a BrokenPipeError at its next progress line with nothing saved."""
+    """stdout and stderr of a training run: when the reader goes (`| head`, a pager quit: EPIPE; a closed terminal:
+    EIO), the run goes on and writes to /dev/null from then on, instead of dying at its next progress line with
+    nothing saved."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -72,17 +78,19 @@ class OutputThatOutlivesItsReader:
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            self._reader_gone()
+        except OSError as error:
+            self._reader_gone(error)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            self._reader_gone()
+        except OSError as error:
+            self._reader_gone(error)
 
-    def _reader_gone(self) -> None:
+    def _reader_gone(self, error: OSError) -> None:
+        if error.errno not in (errno.EPIPE, errno.EIO):
+            raise error
         os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())  # the pending bytes flush into /dev/null
 
     def __getattr__(self, name):
@@ -169,8 +177,6 @@ def remove_fresh_run_folder() -> str:
 
 def full_disk(error: BaseException | None) -> OSError | None:
     """The OSError in `error`'s chain of exceptions that is a full disk or an exhausted quota, if any."""
-    import errno
-
     while error is not None:
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return error
@@ -222,6 +228,8 @@ def exit_at_once_on_signals(envpool_mujoco: bool = False) -> None:
     sys.excepthook = machine_refusal_in_one_line
     if not isinstance(sys.stdout, OutputThatOutlivesItsReader):
         sys.stdout = OutputThatOutlivesItsReader(sys.stdout)
+    if not isinstance(sys.stderr, OutputThatOutlivesItsReader):
+        sys.stderr = OutputThatOutlivesItsReader(sys.stderr)
 
     signals_seen = itertools.count()
 

@@ -64,7 +64,7 @@ STARTUP = """
 """
 
 
-@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
 def test_a_signal_during_start_up_exits_at_once_with_one_line(signum, name):
     process = start(STARTUP)
     wait_for(process, "ready")
@@ -200,7 +200,7 @@ TRAINING = """
 """
 
 
-@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
 def test_the_first_signal_in_training_stops_after_the_iteration_with_exit_0(signum, name):
     process = start(TRAINING)
     wait_for(process, "ready")
@@ -563,7 +563,7 @@ TOOL = """
 """
 
 
-@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
 @pytest.mark.parametrize("moment", ["ready", "writing"])
 def test_a_tool_stopped_by_a_signal_says_so_in_one_line(signum, name, moment):
     """Trial 10, D3: Ctrl-C to evaluate, plot or results printed a KeyboardInterrupt traceback of 20-35 lines."""
@@ -812,3 +812,34 @@ def test_a_tool_on_a_full_disk_says_so_in_one_line(tmp_path, tool):
     assert stderr_lines(result.stderr)[-1:] == stderr_lines(result.stderr), result.stderr
     assert result.stderr.startswith("error: the disk is full (No space left on device"), result.stderr
     assert f"{out} {holds}" in result.stderr and result.stderr.endswith("write elsewhere, and run again\n")
+
+
+def test_a_closed_terminal_stops_training_with_a_checkpoint(tmp_path):
+    """Trial 19, W7: closing the terminal (or a dropped ssh session) sends SIGHUP, which killed the run at once: no
+    checkpoint, every step lost, and each env worker printed two tracebacks. Now SIGHUP stops a run as SIGTERM does,
+    and the writes to the terminal that is gone (EIO) do not stop it. Real ppo.py on Gymnasium's async vector env, its
+    output on a pseudo-terminal whose other end is closed before the signal."""
+    import pty
+
+    import torch
+
+    master, slave = pty.openpty()
+    command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--total-timesteps", "2000000"]
+    command += ["--num-envs", "2", "--num-steps", "64", "--vector-mode", "async", "--torch-threads", "1"]
+    process = subprocess.Popen(
+        command + ["--log-dir", str(tmp_path / "runs")], stdin=slave, stdout=slave, stderr=slave, cwd=REPO
+    )
+    os.close(slave)
+    seen, deadline = b"", time.time() + 120
+    while b"step " not in seen and time.time() < deadline:  # training has begun: a progress line
+        try:
+            seen += os.read(master, 4096)
+        except OSError:
+            break
+    assert b"step " in seen, seen.decode(errors="replace")
+    os.close(master)  # the terminal goes; writes to it now fail with EIO
+    process.send_signal(signal.SIGHUP)
+    assert process.wait(timeout=120) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert checkpoint["global_step"] > 0 and checkpoint["global_step"] % 128 == 0
