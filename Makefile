@@ -9,7 +9,8 @@ PY := $(VENV)/bin/python
 # ships on disk; on a GPU machine `make TORCH_SPEC=torch run` takes PyPI's CUDA build instead.
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= jax,mujoco,plot,video,dev
-RUN_ARGS ?= --env-id Pong-v5
+# more flags for `make run`, after Pong's: a later --env-id wins, so a budget alone still trains Pong
+RUN_ARGS ?=
 # The suite runs on 2 pytest-xdist workers: most tests train in one thread, so one worker leaves a core idle. Tests
 # of one file share a worker (--dist loadfile): their module-scoped training runs are set up once. Tests marked
 # idle_cores measure the machine's load, so they run afterwards, alone.
@@ -27,7 +28,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	@touch $@
 
 run: $(VENV)/.installed
-	$(PY) cleanrl/ppo_atari_envpool.py $(RUN_ARGS)
+	$(PY) cleanrl/ppo_atari_envpool.py --env-id Pong-v5 $(RUN_ARGS)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m 'not idle_cores' tests $(PYTEST_ARGS)

@@ -294,3 +294,24 @@ def test_make_clean_keeps_the_users_runs():
     assert result.returncode == 0, result.stderr
     removed = shlex.split(result.stdout.strip().removeprefix("rm -rf "))
     assert removed == [".venv", ".pytest_cache"], result.stdout
+
+
+def test_make_run_trains_pong_unless_told_another_env():
+    """Trial 19 cosmetic: RUN_ARGS replaced the Makefile's `--env-id Pong-v5`, so `make run RUN_ARGS="--total-timesteps
+    100000"` trained the script's default game, Breakout, while the README says Pong. `make -n` prints the command."""
+    import subprocess
+
+    def command(*run_args: str) -> list[str]:
+        result = subprocess.run(["make", "-n", "run", *run_args], cwd=ROOT, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return shlex.split(result.stdout.strip().splitlines()[-1])[1:]
+
+    assert command() == ["cleanrl/ppo_atari_envpool.py", "--env-id", "Pong-v5"]
+    assert command("RUN_ARGS=--total-timesteps 1000") == [
+        "cleanrl/ppo_atari_envpool.py",
+        "--env-id",
+        "Pong-v5",
+        "--total-timesteps",
+        "1000",
+    ]
+    assert command("RUN_ARGS=--env-id Breakout-v5")[-2:] == ["--env-id", "Breakout-v5"]  # the later --env-id wins
