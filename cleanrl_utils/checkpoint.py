@@ -66,11 +66,14 @@ def write_atomically(path: str, write: Callable) -> None:
         cause = os_error_in(error)
         if cause is None or isinstance(error, KeyboardInterrupt | SystemExit):
             raise
-        # A full disk, a quota, a vanished network folder: the user's to fix, so one line, not torch's zip-writer trace
+        # A full disk, a quota, a vanished network folder: the user's to fix, so one line, not torch's zip-writer trace.
+        # "resume" only where there is a file to resume (trial 19: a first save said so with nothing saved before).
+        kept = os.path.exists(path)
+        before = "the previous file there is as it was" if kept else "no earlier file of that name was there"
         sys.exit(
-            f"error: could not write {path} ({cause.strerror or cause}, after {readable_size(written)}); the previous "
-            "file there, if any, is as it was. Free space there (a checkpoint that holds a replay buffer is the largest: "
-            "--no-checkpoint-buffer leaves it out where a script has it) and resume"
+            f"error: could not write {path} ({cause.strerror or cause}, after {readable_size(written)}); {before}. "
+            "Free space there (a checkpoint that holds a replay buffer is the largest: --no-checkpoint-buffer leaves it "
+            f"out where a script has it) and {'resume' if kept else 'run again'}"
         )
     finally:
         SAVES_IN_PROGRESS.discard(tmp_path)

@@ -125,13 +125,22 @@ def test_a_failing_write_keeps_the_previous_file(tmp_path):
     line = one_line_exit(
         lambda: write_atomically(path, lambda f: torch.save(big, FullDisk(f))),
         "(No space left on device, after ",
-        "); the previous file there, if any, is as it was",
+        "); the previous file there is as it was",
         "--no-checkpoint-buffer",
+        "and resume",
     )
     # what reached the disk, under 1 MB here, as a reader takes it in (trial 17: "after 0.00 GB")
     assert re.search(r"after (\d[\d,]* bytes|\d+\.\d MB)\)", line), line
     assert open(path, "rb").read() == b"old"
     assert not os.path.exists(path + ".tmp")  # the half-written file (a checkpoint's size) is not left behind
+    # a first save: no earlier file to keep or to resume from (trial 19 cosmetic)
+    first = str(tmp_path / "first.pt")
+    one_line_exit(
+        lambda: write_atomically(first, lambda f: torch.save(big, FullDisk(f))),
+        "; no earlier file of that name was there. Free space there",
+        "and run again",
+    )
+    assert not os.path.exists(first) and not os.path.exists(first + ".tmp")
 
     def interrupted_halfway(f):
         f.write(b"ne")
