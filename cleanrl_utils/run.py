@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from cleanrl_utils.stop import FRESH_RUN_FOLDER, remove_fresh_run_folder
+from cleanrl_utils.stop import FRESH_LOG_DIRS_MADE, FRESH_RUN_FOLDER, remove_fresh_run_folder
 
 
 def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
@@ -31,8 +31,13 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
     check_not_empty(args.log_dir, "--log-dir")
     base = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     log_dir = os.path.abspath(args.log_dir)
+    missing, folder = [], log_dir  # the folders makedirs makes, deepest first: a stop before training removes them
+    while not os.path.exists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
     try:
         os.makedirs(log_dir, exist_ok=True)
+        FRESH_LOG_DIRS_MADE[:] = missing
         for attempt in range(1, 1000):
             run_name = base if attempt == 1 else f"{base}-{attempt}"
             run_dir = os.path.join(log_dir, run_name)

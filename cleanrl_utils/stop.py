@@ -48,6 +48,8 @@ STILL_FILMING: list[str] = []
 # it, since nothing was trained into it, and so does a refusal of memory before any checkpoint was saved (trial 15, S5: each stop between "run folder:" and training left an empty
 # folder, which --resume then could not use).
 FRESH_RUN_FOLDER: list[str] = []
+# The folders above it that run_folder made for it (a new --log-dir), deepest first: removed with it where empty.
+FRESH_LOG_DIRS_MADE: list[str] = []
 
 
 def _say(message: str) -> None:
@@ -171,7 +173,15 @@ def remove_fresh_run_folder() -> str:
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
-        return f"; removed its run folder {folder}, where nothing was saved"
+        removed = [folder]
+        for made in FRESH_LOG_DIRS_MADE:  # trial 19: a new --log-dir was left behind, empty
+            try:
+                os.rmdir(made)
+            except OSError:  # another run wrote into it meanwhile, or it is gone
+                break
+            removed.append(made)
+        above = f" and the --log-dir {removed[-1]} made for it" if len(removed) > 1 else ""
+        return f"; removed its run folder {folder}{above}, where nothing was saved"
     return ""
 
 

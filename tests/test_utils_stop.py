@@ -89,8 +89,26 @@ STARTUP_WITH_A_RUN_FOLDER = """
 
 def test_a_signal_during_start_up_removes_the_fresh_run_folder_but_never_a_resumed_one(tmp_path):
     """Trial 15, S5: a stop between "run folder:" and training left an empty folder that --resume could not use.
-    A resumed run's folder is the run's own: it stays, with its checkpoint."""
+    Trial 19: the --log-dir made for it stayed, empty; it goes too, and a --log-dir that was there stays. A resumed
+    run's folder is the run's own: it stays, with its checkpoint."""
+    new_log_dir = tmp_path / "My Runs" / "deeper"
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(STARTUP_WITH_A_RUN_FOLDER), str(new_log_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    folder = wait_for(process, "run folder:").split("run folder: ")[1].strip()
+    process.send_signal(signal.SIGINT)
+    _, stderr = finish(process)
+    assert stderr_lines(stderr) == [
+        f"Ctrl-C during start-up: exiting before training began; removed its run folder {folder} and the --log-dir "
+        f"{tmp_path / 'My Runs'} made for it, where nothing was saved"
+    ]
+    assert os.listdir(tmp_path) == []
     runs = tmp_path / "runs"
+    runs.mkdir()
     process = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(STARTUP_WITH_A_RUN_FOLDER), str(runs)],
         stdout=subprocess.PIPE,
