@@ -265,7 +265,7 @@ def restored_or_exit(path: str, what: str, restore: Callable[[], None]) -> None:
         restore()
     except Exception as error:
         reason = " ".join(str(error).split())[:300]  # one line
-        sys.exit(f"error: --resume {path!r} holds {what} that does not fit this script's ({type(error).__name__}: {reason})")
+        sys.exit(f"error: --resume {path!r} holds {what} that this script cannot restore ({type(error).__name__}: {reason})")
 
 
 def restore_torch(path: str, checkpoint: dict, model, optimizer, args, extra: dict | None = None) -> tuple[int, int]:

@@ -116,8 +116,11 @@ def load_checkpoint(model_path: str) -> dict:
 
     try:
         checkpoint = torch.load(model_path, map_location="cpu", weights_only=True)
-    except Exception as error:  # a truncated or foreign file: say so in one line
-        sys.exit(f"error: --model-path {model_path!r} is not a readable .cleanrl_model file ({type(error).__name__})")
+    except Exception as error:  # a truncated or foreign file: say so in one line, naming what evaluate reads
+        sys.exit(
+            f"error: --model-path {model_path!r} is not readable as a model file or checkpoint (.cleanrl_model, "
+            f"checkpoint.pt or checkpoint.msgpack; {type(error).__name__}): truncated, or another program's file?"
+        )
     if not isinstance(checkpoint, dict) or "script" not in checkpoint or "model_state_dict" not in checkpoint:
         sys.exit(f"error: --model-path {model_path!r} is not a .cleanrl_model file (no script name or weights)")
     if not isinstance(checkpoint.get("args"), dict):

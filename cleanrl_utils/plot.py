@@ -9,7 +9,7 @@ one), so a namespaced env id such as `phys2d/CartPole-v1` (folder `phys2d-CartPo
 grouped under its real id.
 
 Seeds are the seeds in the runs' own hyperparameters, not folders: of two finished runs with the
-same script, env and seed (a sweep run twice) the newest is kept and the other is named as dropped.
+same script, env and seed (a sweep run twice) the one written last is kept and the other is named as dropped.
 A run that did not finish (the step it recorded at its end, `charts/end_global_step`, short of
 num_iterations x num_envs [x num_steps]: stopped, diverged, or still running; a run written before that record
 existed is judged by its last scalar's step) is left out and named, unless --include-unfinished. What was dropped
@@ -67,6 +67,7 @@ class RunData:
     sps: float
     name: str = ""  # the run folder's name
     start_time: float = 0.0  # wall time of the run's first event
+    end_time: float = 0.0  # wall time of the run's last event (a resumed run's is after its resume)
     last_step: int = 0  # the last step any scalar was logged at
     expected_steps: int | None = None  # where the run ends if it finishes (None: not known)
 
@@ -165,6 +166,7 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
                 sps=sps,
                 name=name,
                 start_time=first_wall,
+                end_time=max(accumulator.Scalars(t)[-1].wall_time for t in tags),
                 # the step the run recorded at its end (END_STEP_TAG, run.record_end_step) is one of these scalars;
                 # older runs, without it, are judged by their last scalar
                 last_step=max(accumulator.Scalars(t)[-1].step for t in tags),
@@ -178,8 +180,8 @@ def select_runs(runs: list[RunData], include_unfinished: bool = False) -> tuple[
     """The runs to plot, one per script x env x seed, and a line for each run left out.
 
     Unfinished runs (interrupted, diverged, still running) are left out unless `include_unfinished`.
-    Of several runs with the same seed the newest finished one is kept (the newest of all when none
-    finished)."""
+    Of several runs with the same seed the finished one written last is kept (of all when none finished): by its
+    last event, so a run resumed and extended after a later one was started counts as the newer (trial 19)."""
     notes = []
     candidates = []
     for run in runs:
@@ -195,12 +197,12 @@ def select_runs(runs: list[RunData], include_unfinished: bool = False) -> tuple[
         by_seed[(run.exp_name, run.env_id, run.seed)].append(run)
     kept = []
     for (exp_name, env_id, seed), group in sorted(by_seed.items()):
-        group.sort(key=lambda run: (run.finished, run.start_time, run.name))
+        group.sort(key=lambda run: (run.finished, run.end_time, run.name))
         kept.append(group[-1])
         if len(group) > 1:
             dropped = ", ".join(run.name for run in group[:-1])
             notes.append(
-                f"{exp_name}, {env_id}, seed {seed}: {len(group)} runs; kept the newest finished one, "
+                f"{exp_name}, {env_id}, seed {seed}: {len(group)} runs; kept the finished one written last, "
                 f"{group[-1].name}; dropped {dropped}"
             )
     for run in kept:

@@ -357,7 +357,7 @@ def test_damaged_checkpoints_and_refused_flags_give_one_line_and_touch_nothing(i
         "no-obs-rms": ({key: value for key, value in saved.items() if key != "obs_rms"}, ["has no 'obs_rms' entry"]),
         "wrong-obs-rms": (
             saved | {"obs_rms": wrong_shape | {"count": torch.tensor(5.0)}},
-            ["an 'obs_rms' entry that does not fit", "shape (3,), where this run has (17,)"],
+            ["an 'obs_rms' entry that this script cannot restore", "shape (3,), where this run has (17,)"],
         ),
     }
     for name, (state, _) in damaged.items():

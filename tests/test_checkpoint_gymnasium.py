@@ -401,7 +401,7 @@ def tampered_env_state(checkpoint: dict) -> dict:
         (
             "ppo_continuous_action",
             lambda c: c.update(obs_rms={}),
-            ["an 'obs_rms' entry that does not fit", "KeyError"],
+            ["an 'obs_rms' entry that this script cannot restore", "KeyError"],
         ),
     ],
 )

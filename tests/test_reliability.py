@@ -131,7 +131,7 @@ def test_weights_that_do_not_fit_give_one_line_and_touch_nothing(terminated_run,
     result = subprocess.run([sys.executable, SCRIPT, "--resume", str(damaged)], capture_output=True, text=True, timeout=300)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     (line,) = error_lines(result.stderr)
-    assert "weights that does not fit" in line and "critic.weight" in line, line
+    assert "weights that this script cannot restore" in line and "critic.weight" in line, line
     assert os.listdir(tmp_path) == ["checkpoint.pt"]
 
 

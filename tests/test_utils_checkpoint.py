@@ -461,7 +461,7 @@ def test_restore_errors_are_one_line_and_say_what_does_not_fit(tmp_path, capsys)
     wrong = torch.nn.Linear(5, 3)
     one_line_exit(
         lambda: restored_or_exit("c.pt", "weights", lambda: wrong.load_state_dict(state["model_state_dict"])),
-        "--resume 'c.pt' holds weights that does not fit this script's (RuntimeError:",
+        "--resume 'c.pt' holds weights that this script cannot restore (RuntimeError:",
     )
     # a fitting checkpoint: weights and counters restored, where it resumes printed
     fresh = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))

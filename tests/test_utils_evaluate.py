@@ -80,7 +80,8 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     evaluate = evaluate_module.evaluate
     one_line_exit(lambda: evaluate(str(tmp_path / "missing.cleanrl_model")), "--model-path", "does not exist")
     (tmp_path / "junk.cleanrl_model").write_bytes(os.urandom(500))
-    one_line_exit(lambda: evaluate(str(tmp_path / "junk.cleanrl_model")), "is not a readable .cleanrl_model file")
+    # trial 19 cosmetic: a truncated checkpoint.pt was called "not a readable .cleanrl_model file"
+    one_line_exit(lambda: evaluate(str(tmp_path / "junk.cleanrl_model")), "is not readable as a model file or checkpoint")
     torch.save({"script": "not_a_script", "model_state_dict": {}, "args": {}}, tmp_path / "other.cleanrl_model")
     one_line_exit(
         lambda: evaluate(str(tmp_path / "other.cleanrl_model")), "written by 'not_a_script' (a file from before", "--script"

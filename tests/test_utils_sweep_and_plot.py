@@ -406,6 +406,22 @@ def write_script_run(log_dir, env_id, seed, returns, last_step, total, wall_star
     return run_name
 
 
+def test_of_two_runs_of_a_seed_the_one_written_last_is_kept():
+    """Trial 19 cosmetic: of a run started first, then resumed and extended to 19,968 steps, and a 512-step run started
+    in between, plot kept the 512-step one, the later to start. The one written last is kept."""
+    from cleanrl_utils.plot import RunData
+
+    def run(name, start, end, steps):
+        values = np.zeros(3)
+        return RunData("CartPole-v1", "ppo", 1, steps=values, wall=values, values=values, sps=1.0, name=name,
+                       start_time=start, end_time=end, last_step=steps, expected_steps=steps)  # fmt: skip
+
+    extended, short = run("extended", start=100.0, end=900.0, steps=19_968), run("short", start=200.0, end=300.0, steps=512)
+    kept, notes = select_runs([extended, short])
+    assert [r.name for r in kept] == ["extended"]
+    assert notes == ["ppo, CartPole-v1, seed 1: 2 runs; kept the finished one written last, extended; dropped short"]
+
+
 def test_plot_takes_one_runs_own_folder_as_that_run(tmp_path):
     """Trial 10, D2: --log-dir pointing at one run's folder said that no run there logged episodes."""
     log_dir = tmp_path / "runs"
@@ -437,7 +453,7 @@ def test_plot_counts_seeds_not_folders_and_leaves_out_unfinished_runs(tmp_path, 
     assert sorted((run.seed, run.name) for run in kept) == [(1, newer[1]), (2, newer[2])]  # ... two seeds
     assert f"left out {interrupted} (ppo, CartPole-v1, seed 3): did not finish (last step 4,000 of 10,000)" in notes
     assert f"left out {diverged} (ppo, CartPole-v1, seed 4): did not finish (last step 300 of 10,000)" in notes
-    assert f"ppo, CartPole-v1, seed 1: 2 runs; kept the newest finished one, {newer[1]}; dropped {older[1]}" in notes
+    assert f"ppo, CartPole-v1, seed 1: 2 runs; kept the finished one written last, {newer[1]}; dropped {older[1]}" in notes
     (row,) = summarise(kept, window=20)
     assert row["seeds"] == 2 and row["steps"] == total and row["final_mean"] == pytest.approx(401.5)
 
