@@ -50,6 +50,12 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
             print(f"run folder: {run_dir}", flush=True)
             return run_name, run_dir
     except OSError as error:
+        dangling = next((path for path in missing if os.path.islink(path)), None)  # trial 19: "File exists"
+        if dangling is not None:
+            sys.exit(
+                f"error: --log-dir {args.log_dir!r}: {dangling} is a link to {os.readlink(dangling)!r}, which does not "
+                "exist; make that folder, or give another --log-dir"
+            )
         sys.exit(f"error: --log-dir {args.log_dir!r} cannot hold a run folder ({type(error).__name__}: {error.strerror})")
     sys.exit(f"error: --log-dir {args.log_dir!r} already holds runs {base} to {base}-999")
 

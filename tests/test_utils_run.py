@@ -94,6 +94,18 @@ def test_a_log_dir_that_cannot_hold_folders_gives_one_line(tmp_path, where):
     one_line_exit(lambda: run_folder(run_args(log_dir)), f"error: --log-dir {log_dir!r} cannot hold a run folder (")
 
 
+def test_a_log_dir_that_is_a_link_to_a_missing_folder_is_named_as_such(tmp_path):
+    """Trial 19 cosmetic: a dangling link as --log-dir was refused as "(FileExistsError: File exists)"."""
+    os.symlink(tmp_path / "gone", tmp_path / "runs")
+    for log_dir in (tmp_path / "runs", tmp_path / "runs" / "deeper"):
+        one_line_exit(
+            lambda: run_folder(run_args(log_dir)),
+            f"error: --log-dir {str(log_dir)!r}: {tmp_path / 'runs'} is a link to {str(tmp_path / 'gone')!r}, which does "
+            "not exist; make that folder, or give another --log-dir",
+        )
+    assert sorted(os.listdir(tmp_path)) == ["runs"]
+
+
 def test_an_empty_log_dir_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch):
     """Trials 13 and 14: `--log-dir ''` put the run folder wherever the command was started. Now one line, and
     nothing written there: by run_folder, by check_writable_dir (the tools' folders), and by a real script."""
