@@ -285,12 +285,17 @@ def test_running_page_lists_every_campaign_slice():
     assert sorted(listed) == sorted(campaign.SLICES), f"running.md lists {listed}, campaign.py has {list(campaign.SLICES)}"
 
 
+# make as a user starts it: under `make test` the suite inherits MAKELEVEL and MAKEFLAGS, and a nested make then
+# prints "make[1]: Entering directory" around its commands
+MAKE_ALONE = {key: value for key, value in os.environ.items() if key not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+
+
 def test_make_clean_keeps_the_users_runs():
     """Trial 17 cosmetic: `make clean` deleted runs/, wandb/ and videos/ (every result) with no word in the docs. It
     removes only what `make` made; `make -n` prints the commands without running them."""
     import subprocess
 
-    result = subprocess.run(["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=MAKE_ALONE)
     assert result.returncode == 0, result.stderr
     removed = shlex.split(result.stdout.strip().removeprefix("rm -rf "))
     assert removed == [".venv", ".pytest_cache"], result.stdout
@@ -302,7 +307,7 @@ def test_make_run_trains_pong_unless_told_another_env():
     import subprocess
 
     def command(*run_args: str) -> list[str]:
-        result = subprocess.run(["make", "-n", "run", *run_args], cwd=ROOT, capture_output=True, text=True)
+        result = subprocess.run(["make", "-n", "run", *run_args], cwd=ROOT, capture_output=True, text=True, env=MAKE_ALONE)
         assert result.returncode == 0, result.stderr
         return shlex.split(result.stdout.strip().splitlines()[-1])[1:]
 

@@ -320,7 +320,10 @@ def test_missing_model_path_gives_one_clear_line(tmp_path):
     import subprocess
     import sys
 
-    for path, fragment in [(tmp_path / "nope.cleanrl_model", "does not exist"), (tmp_path / "junk.cleanrl_model", "not a")]:
+    for path, fragment in [
+        (tmp_path / "nope.cleanrl_model", "does not exist"),
+        (tmp_path / "junk.cleanrl_model", "is not readable as a model file"),
+    ]:
         if "junk" in str(path):
             path.write_bytes(b"not a checkpoint")
         result = subprocess.run(
