@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from cleanrl_utils.stop import FRESH_LOG_DIRS_MADE, FRESH_RUN_FOLDER, remove_fresh_run_folder
+from cleanrl_utils.stop import FRESH_LOG_DIRS_MADE, FRESH_RUN_FOLDER, folders_missing, remove_fresh_run_folder
 
 
 def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
@@ -31,10 +31,7 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
     check_not_empty(args.log_dir, "--log-dir")
     base = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     log_dir = os.path.abspath(args.log_dir)
-    missing, folder = [], log_dir  # the folders makedirs makes, deepest first: a stop before training removes them
-    while not os.path.exists(folder):
-        missing.append(folder)
-        folder = os.path.dirname(folder)
+    missing = folders_missing(log_dir)  # a stop before training removes them with the run folder
     try:
         os.makedirs(log_dir, exist_ok=True)
         FRESH_LOG_DIRS_MADE[:] = missing
@@ -46,7 +43,7 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
             except FileExistsError:
                 continue
             FRESH_RUN_FOLDER.append(run_dir)  # a signal before training starts removes it again
-            lock_run_folder(run_dir)  # a --resume of a checkpoint this run writes waits its turn
+            lock_run_folder(run_dir)  # a --resume of this run's checkpoint while it trains is refused
             print(f"run folder: {run_dir}", flush=True)
             return run_name, run_dir
     except OSError as error:
@@ -186,7 +183,8 @@ def check_resumes_the_latest(run_dir: str, checkpoint_path: str, saved_step: int
 
 def refuse_to_overwrite(checkpoint_path: str, run_dir: str, step: int, ext: str, why: str) -> None:
     # shell-quoted: the commands are pasted into a shell, and a path may hold spaces or quotes (trial 19)
-    branch, target = f"{run_dir}-from-{step}", os.path.join(f"{run_dir}-from-{step}", f"checkpoint{ext}")
+    branch = f"{run_dir}-from-{step}"
+    target = os.path.join(branch, f"checkpoint{ext}")
     sys.exit(
         f"error: --resume {checkpoint_path!r} {why}; resuming it in place would overwrite that lineage. To branch from "
         f"it: mkdir {shlex.quote(branch)} && cp {shlex.quote(checkpoint_path)} {shlex.quote(target)}, then --resume "
@@ -214,10 +212,7 @@ def check_writable_dir(path: str, flag: str, keep: bool = True) -> None:
     folders made for the check are removed again (a tool that may still refuse its input creates its output folder
     only when it writes: a refused command leaves nothing behind)."""
     check_not_empty(path, flag)
-    missing, parent = [], os.path.abspath(path)
-    while not os.path.exists(parent):
-        missing.append(parent)
-        parent = os.path.dirname(parent)
+    missing = folders_missing(path)
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".write-test-{os.getpid()}")

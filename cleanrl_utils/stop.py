@@ -302,16 +302,22 @@ def map_blas_buffer_now() -> None:
 OUTPUT_DIRS_MADE: list[tuple[list[str], str]] = []
 
 
+def folders_missing(path: str) -> list[str]:
+    """The folders `os.makedirs(path)` would make, deepest first: those a stop may remove again, where empty."""
+    missing, folder = [], os.path.abspath(path)
+    while not os.path.exists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return missing
+
+
 def make_output_dir(path: str, holds: str) -> None:
     """A tool's output folder, made just before its first write. Should the tool then stop (a signal, the machine
     refusing memory), its line says what the folder holds (`holds`); the folders this call made are removed again
     if nothing was written into them (trials 16 and 17: empty and half-named folders left behind)."""
     import atexit
 
-    made, parent = [], os.path.abspath(path)
-    while not os.path.exists(parent):
-        made.append(parent)
-        parent = os.path.dirname(parent)
+    made = folders_missing(path)
     if not OUTPUT_DIRS_MADE:
         atexit.register(remove_empty_output_dirs)
     os.makedirs(path, exist_ok=True)
