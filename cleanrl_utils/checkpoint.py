@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from cleanrl_utils.stop import COMPLETED_SAVES, SAVES_IN_PROGRESS
+from cleanrl_utils.stop import COMPLETED_SAVES, SAVES_IN_PROGRESS, os_error_in, run_folder_gone
 
 # Every checkpoint holds these, with these types (the script's own keys are checked by the script).
 COMMON_KEYS = {"script": str, "run_name": str, "args": dict, "iteration": int, "global_step": int, "rng": dict}
@@ -66,6 +66,9 @@ def write_atomically(path: str, write: Callable) -> None:
         cause = os_error_in(error)
         if cause is None or isinstance(error, KeyboardInterrupt | SystemExit):
             raise
+        gone = run_folder_gone()  # trial 20, X1: the run folder was deleted or moved, not a full disk
+        if gone is not None:
+            sys.exit(gone)
         # A full disk, a quota, a vanished network folder: the user's to fix, so one line, not torch's zip-writer trace.
         # "resume" only where there is a file to resume (trial 19: a first save said so with nothing saved before).
         kept = os.path.exists(path)
@@ -77,18 +80,6 @@ def write_atomically(path: str, write: Callable) -> None:
         )
     finally:
         SAVES_IN_PROGRESS.discard(tmp_path)
-
-
-def os_error_in(error: BaseException) -> OSError | None:
-    """The OSError behind `error`: itself, or one it was raised from or while handling (torch.save reports a full
-    disk as a RuntimeError from its zip writer, raised while handling the OSError)."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, OSError):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
 
 
 def remove_interrupted_saves(path: str) -> None:

@@ -9,7 +9,13 @@ import time
 
 import numpy as np
 
-from cleanrl_utils.stop import FRESH_LOG_DIRS_MADE, FRESH_RUN_FOLDER, folders_missing, remove_fresh_run_folder
+from cleanrl_utils.stop import (
+    FRESH_LOG_DIRS_MADE,
+    FRESH_RUN_FOLDER,
+    RUN_FOLDER_LOCKS,
+    folders_missing,
+    remove_fresh_run_folder,
+)
 
 
 def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
@@ -55,10 +61,6 @@ def run_folder(args, checkpoint_path: str | None = None) -> tuple[str, str]:
             )
         sys.exit(f"error: --log-dir {args.log_dir!r} cannot hold a run folder ({type(error).__name__}: {error.strerror})")
     sys.exit(f"error: --log-dir {args.log_dir!r} already holds runs {base} to {base}-999")
-
-
-# The run folders this process writes, each an open descriptor holding its flock until the process ends.
-RUN_FOLDER_LOCKS: dict[str, int] = {}
 
 
 def lock_run_folder(run_dir: str) -> None:

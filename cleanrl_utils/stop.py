@@ -50,6 +50,11 @@ STILL_FILMING: list[str] = []
 FRESH_RUN_FOLDER: list[str] = []
 # The folders above it that run_folder made for it (a new --log-dir), deepest first: removed with it where empty.
 FRESH_LOG_DIRS_MADE: list[str] = []
+# The run folders this process writes, each an open descriptor holding its flock until the process ends
+# (cleanrl_utils.run.lock_run_folder). The descriptor follows the folder: where it was moved, or that it was deleted.
+RUN_FOLDER_LOCKS: dict[str, int] = {}
+# The names a script gives its checkpoint in its run folder (torch scripts; the JAX twins)
+CHECKPOINT_NAMES = ("checkpoint.pt", "checkpoint.msgpack")
 
 
 def _say(message: str) -> None:
@@ -185,6 +190,18 @@ def remove_fresh_run_folder() -> str:
     return ""
 
 
+def os_error_in(error: BaseException) -> OSError | None:
+    """The OSError behind `error`: itself, or one it was raised from or while handling (torch.save reports a full
+    disk as a RuntimeError from its zip writer, raised while handling the OSError)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def full_disk(error: BaseException | None) -> OSError | None:
     """The OSError in `error`'s chain of exceptions that is a full disk or an exhausted quota, if any."""
     while error is not None:
@@ -192,6 +209,54 @@ def full_disk(error: BaseException | None) -> OSError | None:
             return error
         error = error.__cause__ or error.__context__
     return None
+
+
+def run_folder_gone() -> str | None:
+    """One line if a run folder this process writes was deleted or moved while it ran, else None (trial 20, X1: `rm
+    -rf` or `mv` of a training run's folder gave two FileNotFoundError tracebacks, the tensorboard writer thread's and
+    then the training loop's, and no word of where the last checkpoint went). The folder's locked descriptor still
+    points at it: /proc/self/fd names where it is now, and a deleted folder has no links left."""
+    for run_dir, descriptor in RUN_FOLDER_LOCKS.items():
+        try:
+            held = os.fstat(descriptor)
+            if os.path.samestat(held, os.stat(run_dir)):
+                continue
+        except FileNotFoundError:
+            pass
+        except OSError:
+            continue
+        if held.st_nlink == 0:
+            return (
+                f"error: the run folder {run_dir} was deleted while the run trained, with everything in it; "
+                "this run cannot write on: start it again"
+            )
+        try:
+            now = os.readlink(f"/proc/self/fd/{descriptor}")
+        except OSError:
+            now = ""
+        if not now.startswith("/"):
+            return f"error: the run folder {run_dir} was moved away while the run trained; this run cannot write on"
+        saved = [p for p in COMPLETED_SAVES if os.path.dirname(p) == run_dir]
+        names = [os.path.basename(saved[-1])] if saved else list(CHECKPOINT_NAMES)
+        checkpoint = next((os.path.join(now, name) for name in names if os.path.isfile(os.path.join(now, name))), None)
+        resume = (
+            f"; its last checkpoint is {checkpoint} (continue with --resume {shlex.quote(checkpoint)})"
+            if checkpoint
+            else "; it holds no checkpoint yet"
+        )
+        return f"error: the run folder {run_dir} was moved to {now} while the run trained, so this run cannot write on{resume}"
+    return None
+
+
+def quiet_thread_when_the_run_folder_goes(hook_args) -> None:
+    """threading.excepthook of a training run: the tensorboard writer's thread is the first to find a deleted or moved
+    run folder; it says nothing, since the training loop's next write raises the same error and run_folder_gone's
+    line follows it (trial 20, X1). Any other thread's error is Python's default traceback."""
+    import threading
+
+    if isinstance(hook_args.exc_value, OSError) and run_folder_gone() is not None:
+        return
+    threading.__excepthook__(hook_args)
 
 
 def machine_refusal_in_one_line(kind, error, traceback) -> None:
@@ -202,6 +267,10 @@ def machine_refusal_in_one_line(kind, error, traceback) -> None:
     tool had written so far (LEFT_BEHIND). Anything else is the default traceback."""
     import sys
 
+    gone = run_folder_gone() if os_error_in(error) is not None else None
+    if gone is not None:
+        sys.stderr.write(gone + "\n")
+        return
     full = full_disk(error)
     if full is not None:
         where = f": {full.filename}" if full.filename else ""
@@ -236,6 +305,9 @@ def exit_at_once_on_signals(envpool_mujoco: bool = False) -> None:
     check_address_space(MIN_ADDRESS_SPACE, "a training script (PyTorch or JAX, EnvPool or Gymnasium)")
     one_blas_thread_under_a_memory_limit()
     sys.excepthook = machine_refusal_in_one_line
+    import threading
+
+    threading.excepthook = quiet_thread_when_the_run_folder_goes
     if not isinstance(sys.stdout, OutputThatOutlivesItsReader):
         sys.stdout = OutputThatOutlivesItsReader(sys.stdout)
     if not isinstance(sys.stderr, OutputThatOutlivesItsReader):

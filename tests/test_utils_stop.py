@@ -864,3 +864,37 @@ def test_a_closed_terminal_stops_training_with_a_checkpoint(tmp_path):
     (run_dir,) = (tmp_path / "runs").iterdir()
     checkpoint = torch.load(run_dir / "checkpoint.pt", weights_only=False)
     assert checkpoint["global_step"] > 0 and checkpoint["global_step"] % 128 == 0
+
+
+@pytest.mark.parametrize("change", ["moved", "deleted"])
+def test_a_run_folder_moved_or_deleted_while_training_is_one_line(tmp_path, change):
+    """Trial 20, X1: `mv` or `rm -rf` of a training run's folder gave two FileNotFoundError tracebacks (the tensorboard
+    writer's thread, then the training loop's next add_scalar), and nothing said where the last checkpoint went. Real
+    ppo.py: the moved run checkpoints every iteration (the save is what fails first, or the tensorboard write), and its
+    line names the checkpoint in the new place; the deleted one has no checkpoint (the tensorboard write fails)."""
+    command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--total-timesteps", "2000000"]
+    command += ["--num-envs", "2", "--num-steps", "64", "--torch-threads", "1", "--log-dir", str(tmp_path / "runs")]
+    command += ["--checkpoint-every", "1" if change == "moved" else "100000"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    wait_for(process, "step ")  # training has begun
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    if change == "moved":
+        run_dir.rename(tmp_path / "kept")
+    else:
+        import shutil
+
+        shutil.rmtree(run_dir)
+    stdout, stderr = finish(process)
+    assert process.returncode == 1 and "Traceback" not in stderr, stderr
+    if change == "moved":
+        checkpoint = tmp_path / "kept" / "checkpoint.pt"
+        assert stderr_lines(stderr) == [
+            f"error: the run folder {run_dir} was moved to {tmp_path / 'kept'} while the run trained, so this run "
+            f"cannot write on; its last checkpoint is {checkpoint} (continue with --resume {checkpoint})"
+        ]
+        assert checkpoint.is_file()
+    else:
+        assert stderr_lines(stderr) == [
+            f"error: the run folder {run_dir} was deleted while the run trained, with everything in it; this run "
+            "cannot write on: start it again"
+        ]
