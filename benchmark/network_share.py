@@ -74,7 +74,10 @@ def measure(row, steps: int, log_dir: str) -> dict[str, dict]:
     figures = {}
     for side, command in (("reference", row.reference), ("script", row.command)):
         command = [*command, "--total-timesteps", str(steps)]
-        plain_dir, profiled_dir = os.path.join(log_dir, f"{row.script}-{side}"), os.path.join(log_dir, f"{row.script}-{side}-p")
+        plain_dir, profiled_dir = (
+            os.path.join(log_dir, f"{row.script}-{side}"),
+            os.path.join(log_dir, f"{row.script}-{side}-p"),
+        )
         run(command, plain_dir, profiled=False)
         sps = learning_sps(plain_dir, row.from_step)
         run(command, profiled_dir, profiled=True)
@@ -102,6 +105,12 @@ def main() -> None:
     unknown = [name for name in names if name not in rows]
     if unknown or not names:
         sys.exit(f"error: --only {args.only!r}: each name must be one of {', '.join(sorted(rows))}")
+    if args.steps < 0:
+        sys.exit(f"error: --steps must be 0 (each row's own budget) or a positive number of env steps, got {args.steps}")
+    for name in names:  # every budget checked before anything is printed or run (trial 20)
+        fewest = max(rows[name].from_step, learning_starts(rows[name].command)) + 1024  # SPS is logged every 1,000 steps
+        if (args.steps or rows[name].steps) < fewest:
+            sys.exit(f"error: --steps {args.steps} leaves too little learning phase for {name} (at least {fewest})")
     model, isa = cpu_model_and_isa()
     print(f"{model} ({len(os.sched_getaffinity(0))} cores), {isa}", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
@@ -111,9 +120,6 @@ def main() -> None:
         for name in names:
             row = rows[name]
             steps = args.steps or row.steps
-            fewest = max(row.from_step, learning_starts(row.command)) + 1024  # SPS is logged every 1,000 steps
-            if steps < fewest:
-                sys.exit(f"error: --steps {steps} leaves too little learning phase for {name} (at least {fewest})")
             f = measure(row, steps, log_dir)
             ref, own = f["reference"], f["script"]
             cells = [

@@ -102,7 +102,7 @@ def run_folder_holder(run_dir: str) -> str:
             command = " ".join(f.read().decode(errors="replace").replace("\0", " ").split())
     except (OSError, IndexError):
         return ""
-    return f" (pid {pids[0]}: {command[:160]})"
+    return f" (pid {pids[0]}: {command})"  # whole: its arguments tell which run it is (trial 20: cut at 160)
 
 
 # The longest file name most file systems take (ext4, xfs, btrfs: 255 bytes); the run folder's time stamp and

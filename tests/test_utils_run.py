@@ -567,7 +567,9 @@ def test_a_run_folder_is_written_by_one_process_at_a_time(tmp_path, first):
         one_line_exit(
             lambda: run_folder(run_args(tmp_path / "runs"), str(run_dir / "checkpoint.pt")),
             f"error: the run folder {run_dir} is being written by another process (pid {holder.pid}: ",
-            "wait for it to end, or branch from a copy of its checkpoint in a folder of its own",
+            # its whole command, to its last argument (trial 20: cut at 160 characters)
+            f"{' '.join([str(run_dir.parent), held]).strip()}): wait for it to end, or branch from a copy of its "
+            "checkpoint in a folder of its own",
         )
         assert sorted(os.listdir(run_dir)) == before
     finally:
