@@ -15,7 +15,8 @@ num_iterations x num_envs [x num_steps]: stopped, diverged, or still running; a 
 existed is judged by its last scalar's step) is left out and named, unless --include-unfinished. What was dropped
 or left out is printed and written under the table in summary.md.
 
-Runs are grouped by script (exp_name) x env. For each env one PNG shows each script's mean episodic
+Runs are grouped by script (exp_name) x env; an exp_name that two script files ran under (each run records its
+file) is split into `<exp_name> (<script file>)`, with a note. For each env one PNG shows each script's mean episodic
 return over seeds with a 95% confidence band (Student t over seeds), against env steps and against
 wall time, up to where the shortest seed ends. `summary.md` lists per script x env: seeds, steps
 (the most any seed ran), final return (mean of each run's last 10% of episodes, then mean +- std
@@ -70,6 +71,7 @@ class RunData:
     end_time: float = 0.0  # wall time of the run's last event (a resumed run's is after its resume)
     last_step: int = 0  # the last step any scalar was logged at
     expected_steps: int | None = None  # where the run ends if it finishes (None: not known)
+    script: str = ""  # the script file that wrote it ("": a run from before scripts recorded it)
 
     @property
     def finished(self) -> bool:
@@ -171,9 +173,25 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
                 # older runs, without it, are judged by their last scalar
                 last_step=max(accumulator.Scalars(t)[-1].step for t in tags),
                 expected_steps=expected_steps,
+                script=hyperparameters.get("script", ""),
             )
         )
     return runs
+
+
+def apart_by_script(runs: list[RunData], notes: list[str]) -> None:
+    """An exp_name that more than one script ran under is plotted as one curve per script, `<exp_name> (<script>)`,
+    with a note (trial 20: a dqn.py run and a ppo.py run under one --exp-name were averaged as seeds of one curve)."""
+    scripts = defaultdict(set)
+    for run in runs:
+        if run.script:
+            scripts[run.exp_name].add(run.script)
+    for exp_name, names in sorted(scripts.items()):
+        if len(names) > 1:
+            notes.append(f"--exp-name {exp_name} was run by {len(names)} scripts ({', '.join(sorted(names))}): plotted apart")
+            for run in runs:
+                if run.exp_name == exp_name and run.script:
+                    run.exp_name = f"{exp_name} ({run.script})"
 
 
 def select_runs(runs: list[RunData], include_unfinished: bool = False) -> tuple[list[RunData], list[str]]:
@@ -360,6 +378,7 @@ def main() -> None:
         sys.exit(
             f"error: no run under {args.log_dir!r} logged {args.tag!r} (runs are folders <env>__<script>__<seed>__<time>)"
         )
+    apart_by_script(runs, notes)
     runs, selection_notes = select_runs(runs, args.include_unfinished)
     notes += selection_notes
     for note in notes:

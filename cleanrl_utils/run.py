@@ -263,9 +263,11 @@ def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = No
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(run_dir, purge_step=None if resumed_step is None else resumed_step + 1)
+    # the script's file first: two scripts run under one --exp-name are plotted apart (cleanrl_utils.plot, trial 20)
+    rows = {"script": os.path.basename(sys.argv[0]), **vars(args)}
     writer.add_text(
         "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in rows.items()])),
     )
     return writer
 

@@ -500,6 +500,29 @@ def test_a_resumed_run_that_extended_its_length_counts_as_finished(tmp_path):
     assert (run.expected_steps, run.last_step, run.finished) == (2000, 2000, True)
 
 
+def test_plot_keeps_two_scripts_under_one_exp_name_apart(tmp_path, monkeypatch):
+    """Trial 20 cosmetic: a dqn.py run and a ppo.py run under one --exp-name were one curve, their seeds averaged (and
+    of their two seed-1 runs one was dropped). Each run records its script file: the curves are kept apart."""
+    log_dir = tmp_path / "runs"
+    for script, seeds, value in (("ppo.py", (1, 2), 300.0), ("dqn.py", (1,), 100.0)):
+        monkeypatch.setattr(sys, "argv", [os.path.join(REPO, "cleanrl", script)])
+        for seed in seeds:
+            write_script_run(log_dir, "CartPole-v1", seed, np.full(30, value), 1000, 1000, 1000, exp_name="mine")
+    out_dir = tmp_path / "plots"
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = (out_dir / "summary.md").read_text()
+    assert "| mine (dqn.py) | CartPole-v1 | 1 | 1,000 | 100.00 +- 0.00 |" in summary
+    assert "| mine (ppo.py) | CartPole-v1 | 2 | 1,000 | 300.00 +- 0.00 |" in summary
+    assert "--exp-name mine was run by 2 scripts (dqn.py, ppo.py): plotted apart" in result.stdout
+    assert "dropped" not in summary
+
+
 def test_plot_groups_a_namespaced_env_id_by_its_real_id(tmp_path):
     log_dir = tmp_path / "runs"
     for seed in (1, 2):
