@@ -57,7 +57,9 @@ class VideoWriter:
         try:
             yield
         except Exception as error:
-            if self._disk_is_full():
+            if self._disk_is_full():  # the cut file is no video (its index is written last): not left behind (trial 20)
+                with contextlib.suppress(OSError):
+                    os.remove(self.partial_path)
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.partial_path) from error
             raise
         finally:

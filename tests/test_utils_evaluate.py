@@ -477,3 +477,4 @@ def test_a_full_disk_while_filming_is_one_line(tmp_path):
         "holds the videos"
     ), lines
     assert lines[0].endswith(": free space there, or write elsewhere, and run again"), lines
+    assert os.listdir(video_dir) == []  # trial 20: the cut, empty .partial.mp4 was left behind
