@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from cleanrl_utils.stop import COMPLETED_SAVES, SAVES_IN_PROGRESS, os_error_in, run_folder_gone
+from cleanrl_utils.stop import CHECKPOINT_NAMES, COMPLETED_SAVES, SAVES_IN_PROGRESS, os_error_in, run_folder_gone
 
 # Every checkpoint holds these, with these types (the script's own keys are checked by the script).
 COMMON_KEYS = {"script": str, "run_name": str, "args": dict, "iteration": int, "global_step": int, "rng": dict}
@@ -152,14 +152,39 @@ def _fail(flag: str, path: str, reason: str):
     sys.exit(f"error: {flag} {path!r} {reason}")
 
 
-def check_is_file(path: str, flag: str) -> None:
-    """One line unless `path` is a file: a run folder is named as a folder (it exists), with the checkpoint in it."""
+def check_is_file(path: str, flag: str, script: str) -> None:
+    """One line unless `path` is a file: a run folder is named as a folder (it exists), with the checkpoint in it if it
+    is one of `script`'s (trial 20: `dqn.py --resume ..` said to resume from a ppo.py checkpoint), or whose it is."""
     if os.path.isdir(path):
-        inside = [name for name in ("checkpoint.pt", "checkpoint.msgpack") if os.path.isfile(os.path.join(path, name))]
-        hint = f"; resume from {os.path.join(path, inside[0])!r}" if inside else " (no checkpoint in it)"
+        inside = [os.path.join(path, name) for name in CHECKPOINT_NAMES if os.path.isfile(os.path.join(path, name))]
+        hint = " (no checkpoint in it)"
+        if inside:
+            writer = checkpoint_script(inside[0])
+            hint = f"; resume from {inside[0]!r}"
+            if writer != script:
+                whose = f"a checkpoint of {writer!r}" if writer else "no readable checkpoint"
+                hint = f" (it holds {inside[0]!r}, {whose}, not one of {script!r})"
         _fail(flag, path, f"is a folder, not a checkpoint file{hint}")
     if not os.path.isfile(path):
         _fail(flag, path, "does not exist")
+
+
+def checkpoint_script(path: str) -> str | None:
+    """The script that wrote the checkpoint at `path`, or None if it cannot be read. A torch file is mapped, not read:
+    a replay buffer's gigabytes stay on disk (the JAX scripts' msgpack checkpoints hold no buffer)."""
+    try:
+        if path.endswith(".msgpack"):
+            import flax.serialization
+
+            with open(path, "rb") as f:
+                checkpoint = flax.serialization.msgpack_restore(f.read())
+        else:
+            import torch
+
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return None
+    return checkpoint.get("script") if isinstance(checkpoint, dict) else None
 
 
 def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
@@ -215,7 +240,7 @@ def load_torch(path: str, script: str, keys: dict[str, type] | None = None, flag
     one clear line and exit."""
     import torch
 
-    check_is_file(path, flag)
+    check_is_file(path, flag, script)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
@@ -233,7 +258,7 @@ def load_msgpack(path: str, script: str, keys: dict[str, type], flag: str = "--r
     """A flax msgpack checkpoint of `script` holding `keys`, or one clear line and exit."""
     import flax.serialization
 
-    check_is_file(path, flag)
+    check_is_file(path, flag, script)
     try:
         with open(path, "rb") as f:
             checkpoint = flax.serialization.msgpack_restore(f.read())

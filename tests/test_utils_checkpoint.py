@@ -386,6 +386,12 @@ def test_load_torch_one_line_errors(tmp_path):
     )
     torch.save(valid_checkpoint(), tmp_path / "checkpoint.pt")
     one_line_exit(lambda: load(tmp_path), "is a folder, not a checkpoint file; resume from", "checkpoint.pt")
+    # another script's checkpoint is not offered (trial 20: `dqn.py --resume ..` suggested ppo.py's)
+    one_line_exit(
+        lambda: load_torch(str(tmp_path), "dqn", TORCH_KEYS),
+        f"is a folder, not a checkpoint file (it holds {str(tmp_path / 'checkpoint.pt')!r}, a checkpoint of 's', not one "
+        "of 'dqn')",
+    )
     os.remove(tmp_path / "checkpoint.pt")
     (tmp_path / "junk.pt").write_bytes(os.urandom(1000))
     one_line_exit(lambda: load(tmp_path / "junk.pt"), "is not a readable checkpoint")
