@@ -14,6 +14,7 @@ from cleanrl_utils.stop import (
     FRESH_RUN_FOLDER,
     RUN_FOLDER_LOCKS,
     folders_missing,
+    late_stop_line,
     remove_fresh_run_folder,
 )
 
@@ -282,6 +283,9 @@ def record_end_step(writer, global_step: int) -> None:
     scalar short of the planned length, so only this record tells cleanrl_utils.plot that a run finished; a
     stopped run records the step it stopped at, short of the planned length, and stays unfinished."""
     writer.add_scalar(END_STEP_TAG, global_step, global_step)
+    late = late_stop_line()
+    if late is not None:
+        print(late, flush=True)
 
 
 def torch_threads(requested: int) -> int:

@@ -50,6 +50,10 @@ STILL_FILMING: list[str] = []
 FRESH_RUN_FOLDER: list[str] = []
 # The folders above it that run_folder made for it (a new --log-dir), deepest first: removed with it where empty.
 FRESH_LOG_DIRS_MADE: list[str] = []
+# The signal of a stop asked for during training and not yet honoured by the loop (stopped_line): one landing in the
+# last iteration, after the loop read its stop flag, met a run that then finished as planned, and nothing said so
+# after the "stopping after this iteration" line (trial 20). cleanrl_utils.run.record_end_step says it.
+PENDING_STOP: list[int] = []
 # The run folders this process writes, each an open descriptor holding its flock until the process ends
 # (cleanrl_utils.run.lock_run_folder). The descriptor follows the folder: where it was moved, or that it was deleted.
 RUN_FOLDER_LOCKS: dict[str, int] = {}
@@ -486,6 +490,7 @@ class StopAfterIteration:
             )
             _exit_now(128 + signum)
         self.saves_before = len(COMPLETED_SAVES)
+        PENDING_STOP.append(signum)
         self.requested = True
         self.first_at = time.monotonic()
         if not self.quiet:
@@ -493,9 +498,26 @@ class StopAfterIteration:
 
 
 def stopped_line(iteration: int, checkpoint_path: str) -> str:
+    PENDING_STOP.clear()  # the stop is honoured, and said
     # the path shell-quoted in the command to paste: a --log-dir may hold spaces or quotes (trial 19)
     resume = shlex.quote(checkpoint_path)
     return f"stopped at iteration {iteration}; checkpoint: {checkpoint_path} (continue with --resume {resume})"
+
+
+def late_stop_line() -> str | None:
+    """At a run's normal end: a line if a stop was asked for after the loop's last look at its flag (so the run
+    finished all its iterations), naming the checkpoint it wrote; None otherwise."""
+    if not PENDING_STOP:
+        return None
+    saved = [  # checkpoint.pt, or checkpoint-{step}.pt with --keep-checkpoints (checkpoint.pt links to it)
+        os.path.join(os.path.dirname(path), re.sub(r"-\d+(\.\w+)$", r"\1", os.path.basename(path)))
+        for path in COMPLETED_SAVES
+        if re.fullmatch(r"checkpoint(-\d+)?\.(pt|msgpack)", os.path.basename(path))
+    ]
+    checkpoint = f"; checkpoint: {saved[-1]}" if saved else ""
+    name = SIGNAL_NAMES[PENDING_STOP[0]]
+    PENDING_STOP.clear()
+    return f"{name} came during the last iteration: the run trained all its iterations and finished as planned{checkpoint}"
 
 
 def ignore_signals_in_worker() -> None:

@@ -898,3 +898,50 @@ def test_a_run_folder_moved_or_deleted_while_training_is_one_line(tmp_path, chan
             f"error: the run folder {run_dir} was deleted while the run trained, with everything in it; this run "
             "cannot write on: start it again"
         ]
+
+
+LATE_STOP = """
+    import sys, time
+    from cleanrl_utils.checkpoint import write_atomically
+    from cleanrl_utils.run import record_end_step
+    from cleanrl_utils.stop import StopAfterIteration, stopped_line
+
+    class Writer:
+        def add_scalar(self, tag, value, step):
+            pass
+
+    stop = StopAfterIteration()
+    stopping = stop.requested  # the last iteration's one look at the flag, before the signal
+    print("ready", flush=True)
+    while not stop.requested:
+        time.sleep(0.01)
+    write_atomically(sys.argv[1], lambda file: file.write(b"the last iteration's checkpoint"))
+    if sys.argv[2] == "honoured":
+        print(stopped_line(7, sys.argv[1]), flush=True)
+    record_end_step(Writer(), 700)
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("stop", ["late", "honoured"])
+def test_a_stop_in_the_last_iteration_says_the_run_finished(tmp_path, stop):
+    """Trial 20 cosmetic: a Ctrl-C in the last iteration, after the loop's look at its flag, printed "stopping after
+    this iteration" and then nothing: the run finished as planned and never said so. A stop the loop honoured has its
+    own line and gets no second one."""
+    path = tmp_path / "checkpoint.pt"
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(LATE_STOP), str(path), stop],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    wait_for(process, "ready")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = finish(process)
+    assert process.returncode == 0 and "Traceback" not in stderr, stderr
+    late = f"Ctrl-C came during the last iteration: the run trained all its iterations and finished as planned; checkpoint: {path}"
+    if stop == "late":
+        assert stdout.splitlines() == [late, "done"]
+    else:
+        assert stdout.splitlines() == [stopped_line(7, str(path)), "done"]
