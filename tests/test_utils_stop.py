@@ -15,9 +15,9 @@ from helpers import REPO
 from cleanrl_utils.stop import SAME_STOP_SECONDS, stopped_line
 
 
-def start(code: str) -> subprocess.Popen:
+def start(code: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(code), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -929,13 +929,7 @@ def test_a_stop_in_the_last_iteration_says_the_run_finished(tmp_path, stop):
     this iteration" and then nothing: the run finished as planned and never said so. A stop the loop honoured has its
     own line and gets no second one."""
     path = tmp_path / "checkpoint.pt"
-    process = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(LATE_STOP), str(path), stop],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
+    process = start(LATE_STOP, str(path), stop)
     wait_for(process, "ready")
     process.send_signal(signal.SIGINT)
     stdout, stderr = finish(process)

@@ -168,12 +168,7 @@ def test_plot_writes_pngs_and_summary(tmp_path):
     assert hopper["steps"] == 100_000
 
     out_dir = tmp_path / "plots"
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_plot(log_dir, str(out_dir))
     assert result.returncode == 0, result.stderr
     import matplotlib.image
 
@@ -385,6 +380,12 @@ def test_each_run_gets_its_share_of_the_cores(tmp_path):
 # ---- plot: seeds from the runs' own hyperparameters, finished runs only (issue 16, defects 6 and 16) ----
 
 
+def run_plot(log_dir, out_dir, *flags: str) -> subprocess.CompletedProcess:
+    """`python -m cleanrl_utils.plot` over `log_dir` into `out_dir`, as a user runs it."""
+    command = [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir), *flags]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
 def write_script_run(log_dir, env_id, seed, returns, last_step, total, wall_start, exp_name="ppo", batch_size=100):
     """A run as a script writes it: run folder, hyperparameters table (make_writer), episodic
     returns, and charts/SPS once per iteration up to `last_step` (short of `total`: interrupted)."""
@@ -458,25 +459,14 @@ def test_plot_counts_seeds_not_folders_and_leaves_out_unfinished_runs(tmp_path, 
     assert row["seeds"] == 2 and row["steps"] == total and row["final_mean"] == pytest.approx(401.5)
 
     out_dir = tmp_path / "plots"
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_plot(log_dir, str(out_dir))
     assert result.returncode == 0, result.stderr
     summary = (out_dir / "summary.md").read_text()
     assert "| ppo | CartPole-v1 | 2 | 10,000 | 401.50 +- 0.50 |" in summary  # was: seeds 6, curves cut at 300
     for note in notes:
         assert f"- {note}" in summary and note in result.stdout
     # --include-unfinished plots them too, flagged
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir)]
-        + ["--include-unfinished"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_plot(log_dir, str(out_dir), "--include-unfinished")
     assert result.returncode == 0, result.stderr
     summary = (out_dir / "summary.md").read_text()
     assert "| ppo | CartPole-v1 | 4 (2 unfinished) | 10,000 |" in summary
@@ -509,12 +499,7 @@ def test_plot_keeps_two_scripts_under_one_exp_name_apart(tmp_path, monkeypatch):
         for seed in seeds:
             write_script_run(log_dir, "CartPole-v1", seed, np.full(30, value), 1000, 1000, 1000, exp_name="mine")
     out_dir = tmp_path / "plots"
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_plot(log_dir, str(out_dir))
     assert result.returncode == 0, result.stderr
     summary = (out_dir / "summary.md").read_text()
     assert "| mine (dqn.py) | CartPole-v1 | 1 | 1,000 | 100.00 +- 0.00 |" in summary
@@ -530,12 +515,7 @@ def test_plot_groups_a_namespaced_env_id_by_its_real_id(tmp_path):
     write_script_run(log_dir, "CartPole-v1", 1, np.full(30, 500.0), 1000, 1000, 1000)
     assert all("/" not in name for name in os.listdir(log_dir))  # one folder level each
     out_dir = tmp_path / "plots"
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(out_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_plot(log_dir, str(out_dir))
     assert result.returncode == 0, result.stderr  # was: "no run under ..."
     summary = (out_dir / "summary.md").read_text()
     assert "| ppo | phys2d/CartPole-v1 | 2 | 1,000 | 200.00 +- 0.00 |" in summary
@@ -546,12 +526,7 @@ def test_plot_groups_a_namespaced_env_id_by_its_real_id(tmp_path):
 def test_plot_with_only_unfinished_runs_says_so_in_one_line(tmp_path):
     log_dir = tmp_path / "runs"
     name = write_script_run(log_dir, "CartPole-v1", 1, np.full(5, 1.0), 500, 10_000, 1000)
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.plot", "--log-dir", str(log_dir), "--output-dir", str(tmp_path / "plots")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_plot(log_dir, str(tmp_path / "plots"))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert (
         result.stderr.strip()
