@@ -395,6 +395,7 @@ class NoisyLinear(nn.Module):
         # f(eps_in), f(eps_out) are all there is: the (out, in) noise matrix is never formed (see forward).
         self.register_buffer("epsilon_in", torch.zeros(in_features))
         self.register_buffer("epsilon_out", torch.zeros(out_features))
+        self.register_load_state_dict_pre_hook(factor_the_saved_noise)
         self.reset_noise()
 
     def reset_noise(self) -> None:
@@ -412,6 +413,15 @@ class NoisyLinear(nn.Module):
         bias = self.bias_mu + self.bias_sigma * self.epsilon_out
         noise = nn.functional.linear(x * self.epsilon_in.to(x.dtype), self.weight_sigma)
         return nn.functional.linear(x, self.weight_mu, bias) + noise * self.epsilon_out.to(noise.dtype)
+
+
+def factor_the_saved_noise(layer, state_dict, prefix, *_) -> None:
+    """A checkpoint or model file from before the factored layer saved the noise matrix f(eps_out) f(eps_in)^T and
+    f(eps_out): its factors are read back from it (a row with the largest |f(eps_out)| divided by that entry)."""
+    matrix, eps_out = state_dict.pop(prefix + "weight_epsilon", None), state_dict.pop(prefix + "bias_epsilon", None)
+    if matrix is not None and eps_out is not None:
+        row = eps_out.abs().argmax()
+        state_dict[prefix + "epsilon_in"], state_dict[prefix + "epsilon_out"] = matrix[row] / eps_out[row], eps_out
 
 
 class QNetwork(nn.Module):

@@ -335,3 +335,19 @@ BAD_INPUT = [
     (["--learning-starts", "20000", "--total-timesteps", "10000"], ["--learning-starts 20000", "10000"]),
     (["--buffer-size", "100000000"], ["replay buffer", "GiB", "--buffer-size"]),
 ]
+
+
+def test_a_noisy_layer_loads_the_noise_matrix_of_an_older_file():
+    """Files written before the factored layer saved the noise as the matrix f(eps_out) f(eps_in)^T and the vector
+    f(eps_out): they still load, and the layer then computes with that very noise (a resumed run acts on the same
+    sample; an older model file still evaluates)."""
+    torch.manual_seed(2)
+    layer = rainbow.NoisyLinear(30, 8, std_init=2.0)
+    eps_in, eps_out = torch.randn(30), torch.randn(8)
+    old = {name: value for name, value in layer.state_dict().items() if not name.startswith("epsilon")}
+    old["weight_epsilon"], old["bias_epsilon"] = torch.outer(eps_out, eps_in), eps_out
+    layer.load_state_dict(old)
+    x = torch.randn(5, 30)
+    weight = layer.weight_mu + layer.weight_sigma * old["weight_epsilon"]
+    expected = x @ weight.T + layer.bias_mu + layer.bias_sigma * eps_out
+    np.testing.assert_allclose(layer(x).detach().numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-5)
