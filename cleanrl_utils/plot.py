@@ -23,7 +23,7 @@ wall time, up to where the shortest seed ends. `summary.md` lists per script x e
 over seeds), best return (max of the mean curve) and SPS.
 """
 
-from cleanrl_utils.stop import exit_tool_on_signals, make_output_dir, map_blas_buffer_now
+from cleanrl_utils.stop import exit_tool_on_signals, make_output_dir, map_blas_buffer_now, written_whole
 
 if __name__ == "__main__":
     # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
@@ -354,7 +354,8 @@ def plot_env(env_id: str, runs: list[RunData], path: str, window: int, grid_poin
         ax.legend(loc="best", fontsize=8)
     ax_steps.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
     fig.suptitle(f"{env_id}: mean over seeds, 95% CI band, {window}-episode moving average")
-    fig.savefig(path, dpi=110)
+    with written_whole(path, "wb") as file:  # whole or not at all: a full disk leaves no cut PNG (trial 21)
+        fig.savefig(file, format="png", dpi=110)
     plt.close(fig)
 
 
@@ -396,7 +397,7 @@ def main() -> None:
         plot_env(env_id, [r for r in runs if r.env_id == env_id], path, args.smoothing_window, args.grid_points, args.tag)
         print(f"wrote {path}")
     table = summary_markdown(summarise(runs, args.smoothing_window), notes)
-    with open(os.path.join(args.output_dir, "summary.md"), "w") as f:
+    with written_whole(os.path.join(args.output_dir, "summary.md")) as f:
         f.write(table)
     print(table, end="")
 

@@ -19,6 +19,7 @@ interrupted in the middle of another print() raises "reentrant call".
 """
 
 import atexit
+import contextlib
 import errno
 import itertools
 import os
@@ -399,6 +400,25 @@ def make_output_dir(path: str, holds: str) -> None:
     os.makedirs(path, exist_ok=True)
     OUTPUT_DIRS_MADE.append((made, f"{path} holds {holds}"))
     LEFT_BEHIND.append(OUTPUT_DIRS_MADE[-1][1])
+
+
+@contextlib.contextmanager
+def written_whole(path: str, mode: str = "w", **open_args):
+    """A tool's output file (a table, a figure): written as `<path>.tmp` and renamed over `path` once whole. A full
+    disk or a stop mid-write removes the .tmp, and `path` stays as it was (trial 21: results on a full disk left
+    tables.md empty, or cut mid-row)."""
+    tmp_path = path + ".tmp"
+    SAVES_IN_PROGRESS.add(tmp_path)  # a signal's exit removes it (exit_tool_on_signals)
+    try:
+        with open(tmp_path, mode, **open_args) as file:
+            yield file
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp_path)
+        raise
+    finally:
+        SAVES_IN_PROGRESS.discard(tmp_path)
 
 
 def remove_empty_output_dirs() -> str:

@@ -806,7 +806,9 @@ def test_plot_under_a_tight_memory_limit_plots_or_says_so_in_one_line(tmp_path, 
 @pytest.mark.parametrize("tool", ["plot", "results"])
 def test_a_tool_on_a_full_disk_says_so_in_one_line(tmp_path, tool):
     """Trial 19, W2: results and plot on a full disk ended in two chained tracebacks (Pillow's, then OSError ENOSPC).
-    One file of the output folder is linked to /dev/full, where every write fails as on a full disk."""
+    Trial 21, Y1: results left tables.md empty or cut mid-row. An output file is written whole as `<name>.tmp`, then
+    renamed: that .tmp is linked to /dev/full, where every write fails as on a full disk, and the file of an earlier
+    run stays as it was."""
     import shutil
 
     from torch.utils.tensorboard import SummaryWriter
@@ -818,14 +820,16 @@ def test_a_tool_on_a_full_disk_says_so_in_one_line(tmp_path, tool):
         for step in range(1, 6):
             writer.add_scalar("charts/episodic_return", float(step), step * 100)
         writer.close()
-        os.symlink("/dev/full", out / "CartPole-v1.png")
+        name = "CartPole-v1.png"
         command = ["-m", "cleanrl_utils.plot", "--log-dir", str(tmp_path / "runs"), "--include-unfinished"]
         holds = "holds the plots drawn so far"
     else:
         shutil.copytree(os.path.join(REPO, "benchmark", "results"), tmp_path / "results")
-        os.symlink("/dev/full", out / "tables.md")
+        name = "tables.md"
         command = ["-m", "cleanrl_utils.results", "--results-dir", str(tmp_path / "results")]
         holds = "holds the tables and figures written so far"
+    (out / name).write_text("an earlier run's")
+    os.symlink("/dev/full", out / f"{name}.tmp")
     result = subprocess.run(
         [sys.executable, *command, "--output-dir", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300
     )
@@ -833,6 +837,7 @@ def test_a_tool_on_a_full_disk_says_so_in_one_line(tmp_path, tool):
     assert stderr_lines(result.stderr)[-1:] == stderr_lines(result.stderr), result.stderr
     assert result.stderr.startswith("error: the disk is full (No space left on device"), result.stderr
     assert f"{out} {holds}" in result.stderr and result.stderr.endswith("write elsewhere, and run again\n")
+    assert (out / name).read_text() == "an earlier run's" and not os.path.lexists(out / f"{name}.tmp")
 
 
 def test_a_closed_terminal_stops_training_with_a_checkpoint(tmp_path):
