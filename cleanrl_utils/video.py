@@ -42,6 +42,10 @@ class VideoWriter:
     def close(self) -> None:
         with self._ffmpeg_failures_said():
             self._writer.close()
+            # ffmpeg may end without an error when the disk fills at its last write, the index (trial 21, Y2: a
+            # 4,096-byte eval-episode-1.mp4 without it, named whole): a file is named whole only once checked whole
+            if not mp4_is_whole(self.partial_path):
+                raise RuntimeError(f"ffmpeg left {self.partial_path} without its index (moov box)")
         os.replace(self.partial_path, self.path)
 
     @contextlib.contextmanager
@@ -84,6 +88,32 @@ class VideoWriter:
         except OSError:
             pass
         return False
+
+
+def mp4_is_whole(path: str) -> bool:
+    """Whether the MP4 file's top-level boxes run exactly to its end and include the index (`moov`) and the frames
+    (`mdat`): a file cut short, at any byte, is not. Each box starts with its 32-bit size and 4-letter type; size 1
+    means a 64-bit size follows, size 0 "to the end of the file"."""
+    try:
+        end, offset, types = os.path.getsize(path), 0, set()
+        with open(path, "rb") as file:
+            while offset < end:
+                file.seek(offset)
+                header = file.read(16)
+                if len(header) < 8:
+                    return False
+                size, kind = int.from_bytes(header[:4], "big"), header[4:8]
+                if size == 1:
+                    size = int.from_bytes(header[8:16], "big") if len(header) == 16 else 0
+                elif size == 0:
+                    size = end - offset
+                if size < 8:
+                    return False
+                types.add(kind)
+                offset += size
+    except OSError:
+        return False
+    return offset == end and {b"moov", b"mdat"} <= types
 
 
 def check_gymnasium_films(env_id: str) -> None:

@@ -114,3 +114,43 @@ def test_evaluate_cli_captures_video(tmp_path, script, train_args):
 
 
 # --video-every 0: in each script's BAD_INPUT (tests/bad_input.py)
+
+
+def write_video(path: str, frames: int = 12) -> None:
+    import numpy as np
+
+    from cleanrl_utils.video import VideoWriter
+
+    writer = VideoWriter(path, fps=30)
+    for i in range(frames):
+        writer.append(np.full((64, 96, 3), 20 * i % 256, dtype=np.uint8))
+    writer.close()
+
+
+def test_an_mp4_is_whole_only_to_its_last_byte(tmp_path):
+    """mp4_is_whole: a video as ffmpeg writes it is whole; the same bytes cut anywhere short of the end are not
+    (a disk that fills at ffmpeg's last write leaves such a file: trial 21, Y2)."""
+    from cleanrl_utils.video import mp4_is_whole
+
+    path = str(tmp_path / "v.mp4")
+    write_video(path)
+    assert mp4_is_whole(path) and len(decoded_video(path)) == 12
+    data = open(path, "rb").read()
+    cut = str(tmp_path / "cut.mp4")
+    for length in [0, 7, 8, 100, len(data) // 2, len(data) - 8, len(data) - 1]:
+        with open(cut, "wb") as file:
+            file.write(data[:length])
+        assert not mp4_is_whole(cut), length
+    assert not mp4_is_whole(str(tmp_path / "missing.mp4"))
+
+
+def test_a_video_without_its_index_is_not_named_whole(tmp_path, monkeypatch):
+    """Trial 21, Y2: on a nearly full disk ffmpeg ended without an error but without the file's index, and the
+    4,096-byte file was renamed eval-episode-1.mp4, a whole episode by its name. Such a file now fails the close
+    and keeps its .partial name."""
+    import cleanrl_utils.video as video
+
+    monkeypatch.setattr(video, "mp4_is_whole", lambda path: False)  # as ffmpeg leaves it on a full disk
+    with pytest.raises(RuntimeError, match="without its index"):
+        write_video(str(tmp_path / "eval-episode-0.mp4"))
+    assert os.listdir(tmp_path) == ["eval-episode-0.partial.mp4"]
