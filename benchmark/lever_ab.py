@@ -11,10 +11,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from speed_by_machine import DQN_ATARI, REPO, cpu_model_and_isa, learning_sps  # noqa: E402
+
+from cleanrl_utils.stop import exit_tool_on_signals, run_child, scratch_folder  # noqa: E402
 
 # the replay scripts measured as speed_by_machine's rows measure them: Pong, learning from step 1,000
 SETTINGS = {
@@ -55,12 +56,15 @@ def parsed_value(script: str, flags: list[str]) -> str:
 
 def run(command: list[str], log_dir: str) -> None:
     """One run of the script under `log_dir`; a refusal or a crash ends this tool with the script's own error line."""
-    result = subprocess.run([sys.executable, *command, "--log-dir", log_dir], capture_output=True, text=True, cwd=REPO)
+    result = run_child(
+        [sys.executable, *command, "--log-dir", log_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
     if result.returncode != 0:
         sys.exit(f"error: {' '.join(command)} exited {result.returncode}: {what_it_said(result.stderr)}")
 
 
 def main() -> None:
+    exit_tool_on_signals("benchmark/lever_ab.py")  # a stop ends its runs, removes their folder: one line
     parser = argparse.ArgumentParser(  # the docstring's first paragraph (trial 13: its first line stopped mid-sentence)
         description=" ".join(__doc__.split("\n\n")[0].split()), epilog="Run on a quiet machine: the runs are sequential."
     )
@@ -96,7 +100,7 @@ def main() -> None:
     model, isa = cpu_model_and_isa()
     print(f"machine: {model}, {len(os.sched_getaffinity(0))} cores, ISA {isa}", flush=True)
     sps = {value: [] for value in args.values}
-    with tempfile.TemporaryDirectory() as log_dir:
+    with scratch_folder() as log_dir:
         for repeat in range(args.repeats):
             for value in args.values:
                 out = os.path.join(log_dir, f"{value}-{repeat}")

@@ -19,11 +19,12 @@ import os
 import runpy
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from speed_by_machine import REPO, ROWS, cpu_model_and_isa, learning_sps  # noqa: E402
+
+from cleanrl_utils.stop import exit_tool_on_signals, run_child, scratch_folder  # noqa: E402
 
 # aten ops that are the network's arithmetic, forward and backward (self time: each op's own, not its children's)
 ARITHMETIC = {
@@ -64,7 +65,7 @@ def child(command: list[str], out: str) -> None:
 def run(command: list[str], run_dir: str, profiled: bool) -> subprocess.CompletedProcess:
     prefix = [__file__, "--child", os.path.join(run_dir, "arithmetic.txt"), "--"] if profiled else []
     full = [sys.executable, *prefix, *command, "--log-dir", run_dir]
-    result = subprocess.run(full, capture_output=True, text=True, cwd=REPO)
+    result = run_child(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     if result.returncode != 0:
         sys.exit(f"error: {' '.join(command)} failed:\n{result.stderr[-2000:]}")
     return result
@@ -95,6 +96,7 @@ def measure(row, steps: int, log_dir: str) -> dict[str, dict]:
 
 
 def main() -> None:
+    exit_tool_on_signals("benchmark/network_share.py")  # a stop ends its runs, removes their folder: one line
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="c51_atari_envpool,rainbow_atari_envpool,sac_atari_envpool")
     parser.add_argument("--steps", type=int, default=0, help="env steps a run (0: the row's idle steps)")
@@ -113,7 +115,7 @@ def main() -> None:
             sys.exit(f"error: --steps {args.steps} leaves too little learning phase for {name} (at least {fewest})")
     model, isa = cpu_model_and_isa()
     print(f"{model} ({len(os.sched_getaffinity(0))} cores), {isa}", flush=True)
-    with tempfile.TemporaryDirectory() as scratch:
+    with scratch_folder() as scratch:
         log_dir = args.log_dir or scratch
         print("| script | reference: SPS, ms a step, arithmetic ms (share) | script: SPS, ms a step, arithmetic ms (share) "
               "| ratio | ceiling: reference ms / script arithmetic ms |")  # fmt: skip

@@ -24,13 +24,15 @@ machine while it runs.
 import argparse
 import datetime
 import glob
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
+
+from cleanrl_utils.stop import CHILDREN, exit_tool_on_signals, scratch_folder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(REPO, "docs", "benchmarks", "speed_by_machine.md")
@@ -134,8 +136,11 @@ def run_together(commands: list[list[str]], log_dir: str) -> str:
         processes.append(
             subprocess.Popen([sys.executable, *command, "--log-dir", run_dir], stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         )
-    for process, run_dir in zip(processes, dirs):
-        if process.wait() != 0:
+        CHILDREN.append(processes[-1])  # a signal to this tool ends them too (exit_tool_on_signals)
+    codes = [process.wait() for process in processes]
+    del CHILDREN[:]
+    for code, run_dir in zip(codes, dirs):
+        if code != 0:
             sys.exit(f"error: {' '.join(commands[0])} failed:\n{open(run_dir + '.log').read()[-2000:]}")
     printed = open(dirs[0] + ".log").read()
     levers = "; ".join(m.group(0) for m in re.finditer(r"^(precision|channels-last|torch threads): \S+", printed, re.M))
@@ -202,13 +207,20 @@ def write_rows(new_rows: dict[tuple[str, str, str], str]) -> None:
         f.write("\n".join(lines) + "\n")
 
 
+# --steps-scale above it asks for days of runs a row
+MAX_STEPS_SCALE = 100
+
+
 def main() -> None:
+    exit_tool_on_signals("benchmark/speed_by_machine.py")  # a stop ends its runs, removes their folder: one line
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated script names (default: every row)")
     parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every row's steps")
     parser.add_argument("--idle-only", action="store_true", help="skip the loaded pairs")
     parser.add_argument("--no-write", action="store_true", help="print the rows, leave the table alone")
     args = parser.parse_args()
+    if not (math.isfinite(args.steps_scale) and 0 < args.steps_scale <= MAX_STEPS_SCALE):  # trial 21, Y3
+        sys.exit(f"error: --steps-scale must be in (0, {MAX_STEPS_SCALE}], got {args.steps_scale}")
     chosen = [row for row in ROWS if not args.only or row.script in args.only.split(",")]
     if not chosen:
         sys.exit(f"error: --only {args.only!r} names no row; rows: {', '.join(row.script for row in ROWS)}")
@@ -217,7 +229,7 @@ def main() -> None:
     for row in chosen:
         # each row written as soon as it is measured (a stopped invocation keeps the rows it finished), and its run
         # folders removed (DQN Atari's checkpoints hold GBs of replay)
-        with tempfile.TemporaryDirectory() as log_dir:
+        with scratch_folder() as log_dir:
             line = table_row(row, measure(row, args.steps_scale, log_dir, args.idle_only), model, isa)
         print(line, flush=True)
         if not args.no_write:

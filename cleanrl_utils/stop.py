@@ -55,6 +55,11 @@ FRESH_LOG_DIRS_MADE: list[str] = []
 # last iteration, after the loop read its stop flag, met a run that then finished as planned, and nothing said so
 # after the "stopping after this iteration" line (trial 20). cleanrl_utils.run.record_end_step says it.
 PENDING_STOP: list[int] = []
+# A benchmark tool's child processes (the training runs it times, cleanrl_utils.stop.run_child) and its scratch folders:
+# a signal's exit ends the one and removes the other (trial 21, Y4: a SIGTERM to benchmark/speed_by_machine.py left
+# its run training on alone, and its temporary folder behind; a Ctrl-C printed a KeyboardInterrupt traceback).
+CHILDREN: list = []
+SCRATCH_FOLDERS: list[str] = []
 # The run folders this process writes, each an open descriptor holding its flock until the process ends
 # (cleanrl_utils.run.lock_run_folder). The descriptor follows the folder: where it was moved, or that it was deleted.
 RUN_FOLDER_LOCKS: dict[str, int] = {}
@@ -457,13 +462,62 @@ def exit_tool_on_signals(tool: str) -> None:
     def exit_now(signum, frame):
         if next(signals_seen) > 0:  # the copy (trial 13: plain `timeout` passes the terminal's Ctrl-C on): one line
             return
+        ended = end_children_and_scratch()
         removed = remove_empty_output_dirs()
         left = remove_saves_in_progress() + "; ".join(LEFT_BEHIND)
-        _say(f"{SIGNAL_NAMES[signum]}: {tool} stopped" + (f"; {left.rstrip('; ')}" if left else "") + removed)
+        _say(f"{SIGNAL_NAMES[signum]}: {tool} stopped" + ended + (f"; {left.rstrip('; ')}" if left else "") + removed)
         _exit_now(128 + signum)
 
     for signum in SIGNALS:
         signal.signal(signum, exit_now)
+
+
+def run_child(command: list[str], **popen_args):
+    """subprocess.run for a benchmark tool's child (a training run it times): a signal to the tool ends the child too
+    (exit_tool_on_signals), where it would otherwise go on alone."""
+    import subprocess
+
+    with subprocess.Popen(command, **popen_args) as process:
+        CHILDREN.append(process)
+        try:
+            stdout, stderr = process.communicate()
+        finally:
+            CHILDREN.remove(process)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+@contextlib.contextmanager
+def scratch_folder():
+    """A temporary folder for a benchmark's runs, removed at the end, and by a signal's exit too."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        SCRATCH_FOLDERS.append(folder)
+        try:
+            yield folder
+        finally:
+            SCRATCH_FOLDERS.remove(folder)
+
+
+def end_children_and_scratch() -> str:
+    """Kill the tool's children (each is waited for: its files are closed before its folder goes) and remove its
+    scratch folders; says what, for the signal's line."""
+    import shutil
+
+    ended = 0
+    for process in list(CHILDREN):
+        # os.waitpid, not process.wait(): the signal may have landed inside process.wait(), which holds a lock that
+        # a second wait in this same thread would wait on forever
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+            os.waitpid(process.pid, 0)
+            ended += 1
+        except (ProcessLookupError, ChildProcessError):  # it had ended, and was waited for
+            pass
+    for folder in SCRATCH_FOLDERS:
+        shutil.rmtree(folder, ignore_errors=True)
+    said = f"; ended the {ended} run{'s' * (ended != 1)} it had started" if ended else ""
+    return said + ("; removed its scratch folder" if SCRATCH_FOLDERS else "")
 
 
 class StopAfterIteration:

@@ -3,8 +3,10 @@ arithmetic (convolutions and matrix products, forward and backward) and nothing 
 sac_step_split.py give one line for bad input before anything runs."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import REPO
@@ -70,3 +72,43 @@ def test_sac_step_split_bad_input_is_one_line(flags, expected):
     result = subprocess.run([sys.executable, script, *flags], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 1 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1, result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("flag", ["-1", "0", "nan", "inf", "1e9"])
+def test_speed_by_machine_refuses_a_steps_scale_it_cannot_run_in_one_line(flag):
+    """Trial 21, Y3: --steps-scale -1 ran (clamped), nan and inf ended in ValueError and OverflowError tracebacks."""
+    script = os.path.join(REPO, "benchmark", "speed_by_machine.py")
+    result = subprocess.run(
+        [sys.executable, script, "--steps-scale", flag, "--no-write"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert result.stderr == f"error: --steps-scale must be in (0, 100], got {float(flag)}\n", result.stderr
+
+
+@pytest.mark.parametrize("signum,name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
+def test_a_stopped_benchmark_ends_its_runs_and_removes_their_folder(signum, name):
+    """Trial 21, Y4: a SIGTERM to speed_by_machine.py left its training run going on alone (parent 1) and its
+    temporary folder behind; a Ctrl-C printed a KeyboardInterrupt traceback. The signal goes to the tool alone (as
+    `kill` sends it): its run is ended, their folder removed, one line."""
+    script = os.path.join(REPO, "benchmark", "speed_by_machine.py")
+    command = [sys.executable, script, "--only", "ppo_atari_envpool", "--idle-only", "--no-write", "--steps-scale", "0.1"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline, child, argv = time.time() + 60, None, []
+    while "--log-dir" not in argv and time.time() < deadline:  # its first run has started (not lscpu)
+        time.sleep(0.2)
+        children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
+        for child in children:
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    argv = f.read().decode().split("\0")
+            except OSError:  # it ended meanwhile
+                argv = []
+    assert "--log-dir" in argv, "no run started within a minute"
+    scratch = os.path.dirname(os.path.dirname(argv[argv.index("--log-dir") + 1]))  # <scratch>/<row>-<side>/0
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum and "Traceback" not in stderr, stderr
+    assert stderr.strip() == (
+        f"{name}: benchmark/speed_by_machine.py stopped; ended the 1 run it had started; removed its scratch folder"
+    )
+    assert not os.path.exists(f"/proc/{child}") and not os.path.exists(scratch)
