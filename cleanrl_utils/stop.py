@@ -258,13 +258,15 @@ def run_folder_gone() -> str | None:
     return None
 
 
-def quiet_thread_when_the_run_folder_goes(hook_args) -> None:
+def quiet_writer_thread(hook_args) -> None:
     """threading.excepthook of a training run: the tensorboard writer's thread is the first to find a deleted or moved
-    run folder; it says nothing, since the training loop's next write raises the same error and run_folder_gone's
-    line follows it (trial 20, X1). Any other thread's error is Python's default traceback."""
+    run folder or a full disk; it says nothing, since the training loop's next write raises the same error and its
+    one line follows (trial 20, X1; trial 21, Y5: a 20-line thread traceback above the disk-full line). Any other
+    thread's error is Python's default traceback."""
     import threading
 
-    if isinstance(hook_args.exc_value, OSError) and run_folder_gone() is not None:
+    error = hook_args.exc_value
+    if isinstance(error, OSError) and (run_folder_gone() is not None or full_disk(error) is not None):
         return
     threading.__excepthook__(hook_args)
 
@@ -317,7 +319,7 @@ def exit_at_once_on_signals(envpool_mujoco: bool = False) -> None:
     sys.excepthook = machine_refusal_in_one_line
     import threading
 
-    threading.excepthook = quiet_thread_when_the_run_folder_goes
+    threading.excepthook = quiet_writer_thread
     if not isinstance(sys.stdout, OutputThatOutlivesItsReader):
         sys.stdout = OutputThatOutlivesItsReader(sys.stdout)
     if not isinstance(sys.stderr, OutputThatOutlivesItsReader):

@@ -944,3 +944,38 @@ def test_a_stop_in_the_last_iteration_says_the_run_finished(tmp_path, stop):
         assert stdout.splitlines() == [late, "done"]
     else:
         assert stdout.splitlines() == [stopped_line(7, str(path)), "done"]
+
+
+EVENTS_ON_A_FULL_DISK = """
+    import glob, os, sys, time
+    from cleanrl_utils.stop import exit_at_once_on_signals
+    exit_at_once_on_signals()
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(sys.argv[1])
+    writer.add_scalar("charts/SPS", 1.0, 1)
+    writer.flush()
+    (events,) = glob.glob(os.path.join(sys.argv[1], "events*"))
+    os.remove(events)
+    os.symlink("/dev/full", events)  # every write to the events file now fails as on a full disk
+    for step in range(2, 200):
+        writer.add_scalar("charts/SPS", 1.0, step)
+        time.sleep(0.05)
+    print("never failed", flush=True)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a file every write to fails with ENOSPC")
+def test_a_full_disk_under_the_tensorboard_writer_is_one_line(tmp_path):
+    """Trial 21, Y5: a full disk while tensorboard wrote its events printed the writer thread's 20-line traceback
+    above the disk-full line. The thread now says nothing; the loop's next write raises, and that is the one line."""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(EVENTS_ON_A_FULL_DISK), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr and "never failed" not in result.stdout
+    (line,) = stderr_lines(result.stderr)
+    assert line == "error: the disk is full (No space left on device): free space there, or write elsewhere, and run again"
