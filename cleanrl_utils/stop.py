@@ -254,7 +254,15 @@ def run_folder_gone() -> str | None:
             if checkpoint
             else "; it holds no checkpoint yet"
         )
-        return f"error: the run folder {run_dir} was moved to {now} while the run trained, so this run cannot write on{resume}"
+        filming = "".join(  # trial 21, Y6: the run ended without a word on the video still being filmed
+            f"; the evaluation video being filmed in {now}{folder[len(run_dir) :]} is finished by its own process"
+            for folder in STILL_FILMING
+            if folder.startswith(run_dir + os.sep)
+        )
+        return (
+            f"error: the run folder {run_dir} was moved to {now} while the run trained, so this run cannot write "
+            f"on{resume}{filming}"
+        )
     return None
 
 

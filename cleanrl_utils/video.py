@@ -27,6 +27,10 @@ class VideoWriter:
         self.path = path
         self.partial_path = f"{path.removesuffix('.mp4')}.partial.mp4"
         self.frames = 0
+        # The folder, held open: a run folder moved while its video is filmed (ffmpeg writes on into the open file)
+        # still gets its video named whole where the folder is now (trial 21, Y6: FileNotFoundError, and a whole
+        # episode left as .partial.mp4)
+        self._folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
         # ffmpeg's "fatal" level: a stop can cut a frame in two in ffmpeg's pipe, and at "error" ffmpeg then prints
         # "Invalid buffer size, packet size ... < expected frame_size" under the stop's one line; the cut file is
         # named .partial already. A failed encode still raises in imageio (broken pipe, exit code).
@@ -40,13 +44,22 @@ class VideoWriter:
         self.frames += 1
 
     def close(self) -> None:
-        with self._ffmpeg_failures_said():
-            self._writer.close()
-            # ffmpeg may end without an error when the disk fills at its last write, the index (trial 21, Y2: a
-            # 4,096-byte eval-episode-1.mp4 without it, named whole): a file is named whole only once checked whole
-            if not mp4_is_whole(self.partial_path):
-                raise RuntimeError(f"ffmpeg left {self.partial_path} without its index (moov box)")
-        os.replace(self.partial_path, self.path)
+        try:
+            with self._ffmpeg_failures_said():
+                self._writer.close()
+                # ffmpeg may end without an error when the disk fills at its last write, the index (trial 21, Y2: a
+                # 4,096-byte eval-episode-1.mp4 without it, named whole): a file is named whole only once checked whole
+                if not mp4_is_whole(self._now(self.partial_path)):
+                    raise RuntimeError(f"ffmpeg left {self.partial_path} without its index (moov box)")
+            partial, whole = os.path.basename(self.partial_path), os.path.basename(self.path)
+            os.replace(partial, whole, src_dir_fd=self._folder, dst_dir_fd=self._folder)
+            self.path = self._now(self.path)
+        finally:
+            os.close(self._folder)
+
+    def _now(self, path: str) -> str:
+        """`path`'s file in its folder where the folder is now (moved or not)."""
+        return os.path.join(os.readlink(f"/proc/self/fd/{self._folder}"), os.path.basename(path))
 
     @contextlib.contextmanager
     def _ffmpeg_failures_said(self):

@@ -979,3 +979,27 @@ def test_a_full_disk_under_the_tensorboard_writer_is_one_line(tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr and "never failed" not in result.stdout
     (line,) = stderr_lines(result.stderr)
     assert line == "error: the disk is full (No space left on device): free space there, or write elsewhere, and run again"
+
+
+def test_the_moved_run_folder_line_names_the_video_still_being_filmed(tmp_path):
+    """Trial 21, Y6: a run whose folder moved while an evaluation video was filmed ended without a word on it; the
+    video's own process (its own session) finishes it in the folder's new place, and the line says so."""
+    from cleanrl_utils.run import lock_run_folder
+    from cleanrl_utils.stop import RUN_FOLDER_LOCKS, STILL_FILMING, run_folder_gone
+
+    run_dir = tmp_path / "runs" / "CartPole-v1__ppo__1__1"
+    (run_dir / "videos" / "iteration-4").mkdir(parents=True)
+    (run_dir / "checkpoint.pt").write_bytes(b"saved")
+    lock_run_folder(str(run_dir))
+    STILL_FILMING[:] = [str(run_dir / "videos" / "iteration-4")]
+    try:
+        run_dir.rename(tmp_path / "kept")
+        kept = tmp_path / "kept"
+        assert run_folder_gone() == (
+            f"error: the run folder {run_dir} was moved to {kept} while the run trained, so this run cannot write on; "
+            f"its last checkpoint is {kept / 'checkpoint.pt'} (continue with --resume {kept / 'checkpoint.pt'}); the "
+            f"evaluation video being filmed in {kept / 'videos' / 'iteration-4'} is finished by its own process"
+        )
+    finally:
+        STILL_FILMING.clear()
+        os.close(RUN_FOLDER_LOCKS.pop(str(run_dir)))

@@ -4,6 +4,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import decoded_video, only_run_dir, run_script
@@ -154,3 +155,25 @@ def test_a_video_without_its_index_is_not_named_whole(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="without its index"):
         write_video(str(tmp_path / "eval-episode-0.mp4"))
     assert os.listdir(tmp_path) == ["eval-episode-0.partial.mp4"]
+
+
+def test_a_video_whose_folder_moves_while_it_is_filmed_is_named_whole_where_the_folder_went(tmp_path):
+    """Trial 21, Y6: a run folder moved while its evaluation video was filmed: the evaluator's rename to the whole
+    name failed (FileNotFoundError, the old path), and a whole episode stayed .partial.mp4."""
+    import numpy as np
+
+    from cleanrl_utils.video import VideoWriter
+
+    writer = VideoWriter(str(tmp_path / "run" / "videos" / "eval-episode-0.mp4"), fps=30)
+    for i in range(6):
+        writer.append(np.full((64, 96, 3), 40 * i, dtype=np.uint8))
+    deadline = time.time() + 30
+    while not os.path.exists(writer.partial_path) and time.time() < deadline:  # ffmpeg opens it at its first frame
+        time.sleep(0.05)
+    (tmp_path / "run").rename(tmp_path / "moved")
+    for i in range(6):
+        writer.append(np.full((64, 96, 3), 40 * i, dtype=np.uint8))
+    writer.close()
+    assert os.listdir(tmp_path / "moved" / "videos") == ["eval-episode-0.mp4"] and not (tmp_path / "run").exists()
+    assert writer.path == str(tmp_path / "moved" / "videos" / "eval-episode-0.mp4")
+    assert len(decoded_video(writer.path)) == 12
