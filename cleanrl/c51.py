@@ -409,7 +409,8 @@ if __name__ == "__main__":
         envs_state = dict(env_state=saved_envs.state_dict(), obs=torch.from_numpy(obs), recent_returns=recent_returns)
         return counters | weights | {"rng": torch_rng_states()} | replay | envs_state
 
-    progress = ProgressLine(global_step, args.num_iterations * args.num_envs)  # and SPS from here
+    # and SPS from here; the restored returns are not counted as since the resume
+    progress = ProgressLine(global_step, args.num_iterations * args.num_envs, episodes_before=len(recent_returns))
     videos = VideoJobs(run_dir, model_file)
     stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
     if checkpoint and checkpoint["env_state"] is not None:

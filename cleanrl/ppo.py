@@ -365,7 +365,8 @@ if __name__ == "__main__":
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
     final_values = torch.zeros((args.num_steps, args.num_envs), device=device)  # V(info["final_obs"]) where truncated
 
-    progress = ProgressLine(global_step, args.num_iterations * args.batch_size)  # and SPS from here
+    # and SPS from here; the restored returns are not counted as since the resume
+    progress = ProgressLine(global_step, args.num_iterations * args.batch_size, episodes_before=len(recent_returns))
     videos = VideoJobs(run_dir, model_file)
     stop = StopAfterIteration()  # from here on Ctrl-C/SIGTERM finish the iteration, checkpoint, exit 0
     if checkpoint and checkpoint["env_state"] is not None:

@@ -389,7 +389,7 @@ def evaluate_kept_checkpoints(run_dir: str, args: EvalArgs) -> tuple[int, float]
     for step, path in kept:
         returns = evaluate(path, args.episodes, args.seed, args.greedy, args.cuda, epsilon=args.epsilon, script=args.script)
         print(
-            f"step {step:>11,}: mean return over {len(returns)} episodes {np.mean(returns):10.2f} +- {np.std(returns):.2f}",
+            f"step {step:>11,}: mean return over {len(returns)} episode{'s' * (len(returns) != 1)} {np.mean(returns):10.2f} +- {np.std(returns):.2f}",
             flush=True,
         )
         if np.mean(returns) > best_mean:
@@ -448,7 +448,9 @@ def evaluate_as_asked(args: EvalArgs) -> None:
         print(f"episode {i}: return {episodic_return:.2f}")
     if video_dir:
         print(f"videos: {video_dir}")
-    print(f"mean return over {len(returns)} episodes: {np.mean(returns):.2f} +- {np.std(returns):.2f}")
+    print(
+        f"mean return over {len(returns)} episode{'s' * (len(returns) != 1)}: {np.mean(returns):.2f} +- {np.std(returns):.2f}"
+    )
 
 
 if __name__ == "__main__":

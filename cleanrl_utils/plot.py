@@ -220,7 +220,8 @@ def select_runs(runs: list[RunData], include_unfinished: bool = False) -> tuple[
         if len(group) > 1:
             dropped = ", ".join(run.name for run in group[:-1])
             notes.append(
-                f"{exp_name}, {env_id}, seed {seed}: {len(group)} runs; kept the finished one written last, "
+                f"{exp_name}, {env_id}, seed {seed}: {len(group)} runs; kept the "
+                f"{'finished one' if group[-1].finished else 'one (none finished)'} written last, "
                 f"{group[-1].name}; dropped {dropped}"
             )
     for run in kept:
@@ -312,9 +313,12 @@ def summarise(runs: list[RunData], window: int) -> list[dict]:
     return rows
 
 
-def summary_markdown(rows: list[dict], notes: list[str] = ()) -> str:
-    """The table, then one line per run left out, dropped or included unfinished."""
-    lines = ["| script | env | seeds | steps | final return | best return | SPS |", "|-|-|-|-|-|-|-|"]
+def summary_markdown(rows: list[dict], notes: list[str] = (), tag: str = "charts/episodic_return") -> str:
+    """The table, then one line per run left out, dropped or included unfinished. Its columns are named for `tag`:
+    a return's best is its highest point; another scalar's (a loss) is named highest, not best (trial 21)."""
+    name = tag.split("/")[-1].replace("_", " ")
+    final, best = ("final return", "best return") if tag == "charts/episodic_return" else (f"final {name}", f"highest {name}")
+    lines = [f"| script | env | seeds | steps | {final} | {best} | SPS |", "|-|-|-|-|-|-|-|"]
     for r in rows:
         seeds = f"{r['seeds']} ({r['unfinished']} unfinished)" if r.get("unfinished") else f"{r['seeds']}"
         sps = "n/a" if r["sps"] is None else f"{r['sps']:,.0f}"
@@ -396,7 +400,7 @@ def main() -> None:
         path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file
         plot_env(env_id, [r for r in runs if r.env_id == env_id], path, args.smoothing_window, args.grid_points, args.tag)
         print(f"wrote {path}")
-    table = summary_markdown(summarise(runs, args.smoothing_window), notes)
+    table = summary_markdown(summarise(runs, args.smoothing_window), notes, args.tag)
     with written_whole(os.path.join(args.output_dir, "summary.md")) as f:
         f.write(table)
     print(table, end="")

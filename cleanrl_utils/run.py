@@ -304,11 +304,12 @@ def torch_threads(requested: int) -> int:
 class ProgressLine:
     """The progress line and the SPS clock of a run. On a terminal, one line rewritten in place at most once a second; elsewhere (CI, log files,
     pipes) a plain line every 10 s. The last line (`final=True`) is always printed and ends with a
-    newline. `episode_word` names what `returns` counts ("games" for Atari, else "episodes"). A resumed run's
-    `returns` hold the episodes since the resume (the checkpoint keeps none), and its line says so."""
+    newline. `episode_word` names what `returns` counts ("games" for Atari, else "episodes"). A resumed run counts
+    the episodes since the resume, and its line says so: `episodes_before` are those its checkpoint gave back
+    (ppo.py's and dqn.py's sync envs keep their returns; trial 21: they were counted as since the resume)."""
 
-    def __init__(self, start_step: int, total_steps: int, episode_word: str = "episodes", stream=None):
-        self.start_step, self.start_time = start_step, time.time()
+    def __init__(self, start_step: int, total_steps: int, episode_word: str = "episodes", stream=None, episodes_before=0):
+        self.start_step, self.start_time, self.episodes_before = start_step, time.time(), episodes_before
         self.total_steps = total_steps
         self.episode_word = episode_word if start_step == 0 else f"{episode_word} since resume"
         self.stream = stream or sys.stdout
@@ -330,7 +331,7 @@ class ProgressLine:
         eta = max(self.total_steps - global_step, 0) / max(sps, 1)
         line = (
             f"step {global_step:,}/{self.total_steps:,}  SPS {sps:,}  return(last {len(recent)}) {mean_return}  "
-            f"{self.episode_word} {len(returns):,}  ETA {eta / 60:.1f} min"
+            f"{self.episode_word} {len(returns) - self.episodes_before:,}  ETA {eta / 60:.1f} min"
         )
         if self.live:  # "\r\x1b[K": back to column 0 and clear the line, so it is rewritten in place
             line = f"\r\x1b[K{line}"

@@ -32,3 +32,18 @@ def test_pipe_gets_plain_lines(tmp_path):
     assert run_folder == f"run folder: {only_run_dir(tmp_path)}"  # then which folder the run writes to
     assert lines and all(line.startswith("step ") for line in lines)
     assert lines[-1].startswith("step 20,480/20,480")
+
+
+def test_a_resumed_run_counts_the_episodes_since_its_resume(tmp_path):
+    """Trial 21 cosmetic: ppo.py (sync envs) resumed with its episodes' returns restored said "episodes since resume
+    391" where 387 came before the stop. Real ppo.py: 4,096 steps, then resumed to 8,192."""
+    import re
+
+    first = run_script("ppo", *ARGS[:2], "--total-timesteps", "4096", "--log-dir", str(tmp_path))
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = int(re.findall(r"episodes ([\d,]+)", first.stdout)[-1].replace(",", ""))
+    checkpoint = f"{only_run_dir(tmp_path)}/checkpoint.pt"
+    resumed = run_script("ppo", "--resume", checkpoint, "--total-timesteps", "8192")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    since = int(re.findall(r"episodes since resume ([\d,]+)", resumed.stdout)[-1].replace(",", ""))
+    assert before > 20 and 0 < since < before + 10  # about as many as in the first 4,096 steps, not their sum

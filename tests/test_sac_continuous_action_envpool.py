@@ -160,7 +160,7 @@ def test_evaluate_cli_films_an_episode(pendulum_run, tmp_path):
     command += ["--capture-video", "--video-dir", str(tmp_path), "--no-cuda"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "mean return over 1 episodes" in result.stdout
+    assert "mean return over 1 episode" in result.stdout
     decoded_video(str(tmp_path / "eval-episode-0.mp4"))
 
 

@@ -174,7 +174,7 @@ def test_torch_threads(monkeypatch, capsys, flags, omp, expected):
     finally:
         torch.set_num_threads(before)
     assert seen == [expected]
-    assert "mean return over 1 episodes: 1.00" in capsys.readouterr().out
+    assert "mean return over 1 episode: 1.00" in capsys.readouterr().out
 
 
 def test_many_episodes_play_in_rounds_on_a_bounded_number_of_envs(tmp_path, monkeypatch):

@@ -490,6 +490,20 @@ def test_a_resumed_run_that_extended_its_length_counts_as_finished(tmp_path):
     assert (run.expected_steps, run.last_step, run.finished) == (2000, 2000, True)
 
 
+def test_of_two_unfinished_runs_of_a_seed_the_note_does_not_call_the_kept_one_finished():
+    """Trial 21 cosmetic: with --include-unfinished and neither run finished, the note said "kept the finished one"."""
+    from cleanrl_utils.plot import RunData
+
+    def run(name, end):
+        values = np.zeros(3)
+        return RunData("CartPole-v1", "ppo", 1, steps=values, wall=values, values=values, sps=1.0, name=name,
+                       end_time=end, last_step=100, expected_steps=1000)  # fmt: skip
+
+    kept, notes = select_runs([run("a", 10.0), run("b", 20.0)], include_unfinished=True)
+    assert [r.name for r in kept] == ["b"]
+    assert "ppo, CartPole-v1, seed 1: 2 runs; kept the one (none finished) written last, b; dropped a" in notes
+
+
 def test_plot_keeps_two_scripts_under_one_exp_name_apart(tmp_path, monkeypatch):
     """Trial 20 cosmetic: a dqn.py run and a ppo.py run under one --exp-name were one curve, their seeds averaged (and
     of their two seed-1 runs one was dropped). Each run records its script file: the curves are kept apart."""
@@ -1055,6 +1069,9 @@ def test_short_runs_summarise_without_warnings_and_runs_without_episodes_are_nam
         "left out Pong-v5__ppo_atari_envpool__1__1700000000: it logged no 'charts/episodic_return' (no episode finished)"
     ]
     assert row["sps"] is None and "| n/a |" in summary_markdown([row])
+    # trial 21 cosmetic: another tag's columns were "final return" and "best return"
+    header = summary_markdown([row], tag="losses/value_loss").splitlines()[0]
+    assert header == "| script | env | seeds | steps | final value loss | highest value loss | SPS |"
     assert row["final_mean"] == pytest.approx(400.0) and row["best"] >= row["final_mean"]
 
 
