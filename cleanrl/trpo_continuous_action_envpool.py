@@ -600,7 +600,7 @@ if __name__ == "__main__":
         if args.capture_video and (iteration % args.video_every == 0 or last):
             videos.film(iteration, final=last)  # at most one evaluator at a time
         progress.show(global_step, sps, recent_returns, final=last)
-        if stopping:
+        if stopping and iteration < args.num_iterations:  # in the last one, record_end_step says it finished
             print(stopped_line(iteration, checkpoint_path))
             break
 

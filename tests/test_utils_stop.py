@@ -1003,3 +1003,27 @@ def test_the_moved_run_folder_line_names_the_video_still_being_filmed(tmp_path):
     finally:
         STILL_FILMING.clear()
         os.close(RUN_FOLDER_LOCKS.pop(str(run_dir)))
+
+
+def test_a_ctrl_c_during_the_last_iteration_says_the_run_finished(tmp_path):
+    """Trial 22, Z2: a Ctrl-C during the rollout of the last iteration printed "stopped at iteration 2 ... (continue
+    with --resume ...)", a resume that only says the run already ran its iterations. Real ppo.py, two iterations of
+    8,192 steps; the signal once the first iteration's checkpoint is written."""
+    command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--num-envs", "1", "--num-steps", "8192"]
+    command += ["--total-timesteps", "16384", "--checkpoint-every", "1", "--torch-threads", "1"]
+    process = subprocess.Popen(
+        command + ["--log-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
+    wait_for(process, "run folder: ")
+    (run_dir,) = tmp_path.iterdir()
+    deadline = time.time() + 120
+    while not (run_dir / "checkpoint.pt").exists() and time.time() < deadline:  # iteration 1 is done
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = finish(process)
+    assert process.returncode == 0 and "Traceback" not in stderr, stderr
+    assert "stopped at iteration" not in stdout, stdout
+    assert (
+        "Ctrl-C came during the last iteration: the run trained all its iterations and finished as planned; "
+        f"checkpoint: {run_dir / 'checkpoint.pt'}"
+    ) in stdout
