@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from cleanrl_utils.stop import STILL_FILMING
+from cleanrl_utils.stop import STILL_FILMING, run_folder_gone
 
 
 class VideoWriter:
@@ -210,13 +210,20 @@ class VideoJobs:
                 self.skipped.append(iteration)
                 return
             self._wait()
+        # A run folder moved or deleted meanwhile is not made again here (trial 22, Z3: the run went on unaware,
+        # split over the moved folder and a new one under the old name)
+        gone = run_folder_gone()
+        if gone is not None:
+            sys.exit(gone)
         video_dir = os.path.join(self.run_dir, "videos", f"iteration-{iteration}")
         os.makedirs(video_dir, exist_ok=True)
         model_path = self.write_model(os.path.join(video_dir, "model.cleanrl_model"))
-        command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
-        command += ["--capture-video", "--video-dir", video_dir, "--no-cuda", "--torch-threads", "1"]
+        # Paths inside the evaluator's working folder, the video folder itself: a run folder moved while the evaluator
+        # starts (seconds of imports) still has its video filmed, there (trial 22, Z1: "--model-path ... does not exist")
+        command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", os.path.basename(model_path)]
+        command += ["--episodes", "1", "--capture-video", "--video-dir", ".", "--no-cuda", "--torch-threads", "1"]
         log = open(os.path.join(video_dir, "evaluate.log"), "w")
-        process = subprocess.Popen(command, stdout=log, stderr=log, env=self.env, start_new_session=True)
+        process = subprocess.Popen(command, stdout=log, stderr=log, env=self.env, start_new_session=True, cwd=video_dir)
         self.running = (process, video_dir, log)
         STILL_FILMING[:] = [video_dir]
 

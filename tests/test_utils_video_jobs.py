@@ -25,7 +25,7 @@ import json, os, sys, time
 argv = sys.argv[1:]
 video_dir = argv[argv.index("--video-dir") + 1]
 model_path = argv[argv.index("--model-path") + 1]
-record = {"argv": argv, "pid": os.getpid(), "sid": os.getsid(0), "env": os.environ.get("STUB_ENV"), "start": time.time()}
+record = {"argv": argv, "cwd": os.getcwd(), "pid": os.getpid(), "sid": os.getsid(0), "env": os.environ.get("STUB_ENV"), "start": time.time()}
 with open(os.path.join(video_dir, "started.json"), "w") as f:
     json.dump(record, f)
 print("stub evaluator filming", flush=True)
@@ -40,12 +40,13 @@ sys.exit(3 if open(model_path).read() == "fail" else 0)
 
 @pytest.fixture
 def stub(tmp_path, monkeypatch):
-    """Runs from a folder whose `cleanrl_utils.evaluate` is the stub; returns the run folder."""
+    """The evaluators find the stub `cleanrl_utils.evaluate` first (PYTHONPATH: they run in their video folder);
+    returns the run folder."""
     package = tmp_path / "stub" / "cleanrl_utils"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "evaluate.py").write_text(STUB_EVALUATOR)
-    monkeypatch.chdir(tmp_path / "stub")  # `python -m` looks in the working folder first
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "stub"))  # before the installed package on `python -m`'s path
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     return run_dir
@@ -87,11 +88,10 @@ def test_one_evaluator_at_a_time_skips_said_and_the_last_one_waited_for(stub, ca
     jobs = VideoJobs(str(run_dir), write_model(), env={**os.environ, "STUB_ENV": "passed"})
     jobs.film(2)
     started = wait_started(run_dir, 2)
-    assert started["argv"][started["argv"].index("--model-path") + 1] == os.path.join(
-        video_dir(run_dir, 2), "model.cleanrl_model"
-    )
+    # in its video folder, with paths inside it: a run folder moved meanwhile still gets its video (trial 22, Z1)
+    assert started["cwd"] == video_dir(run_dir, 2)
     assert " ".join(started["argv"]).endswith(
-        f"--episodes 1 --capture-video --video-dir {video_dir(run_dir, 2)} --no-cuda --torch-threads 1"
+        "--model-path model.cleanrl_model --episodes 1 --capture-video --video-dir . --no-cuda --torch-threads 1"
     )
     assert started["env"] == "passed"
 
@@ -238,3 +238,22 @@ def test_a_real_policy_is_filmed_by_the_real_evaluator(tmp_path):
     assert jobs.results == [f"evaluation video written: {folder}"], open(os.path.join(folder, "evaluate.log")).read()
     frames = decoded_video(os.path.join(folder, "eval-episode-0.mp4"))
     assert frames.shape[1:] == (210, 160, 3) and len(frames) <= 1 + 60 + 5
+
+
+def test_a_video_due_after_the_run_folder_moved_ends_the_run_and_makes_no_folder(tmp_path):
+    """Trial 22, Z3: the run folder moved between its checkpoint and a video due in the same iteration: the video's
+    folder was made again under the old path, and the run went on unaware, split over the two folders."""
+    from cleanrl_utils.run import lock_run_folder
+    from cleanrl_utils.stop import RUN_FOLDER_LOCKS
+
+    run_dir = tmp_path / "runs" / "CartPole-v1__ppo__1__1"
+    run_dir.mkdir(parents=True)
+    lock_run_folder(str(run_dir))
+    try:
+        run_dir.rename(tmp_path / "kept")
+        with pytest.raises(SystemExit) as stopped:
+            VideoJobs(str(run_dir), write_model()).film(2)
+        assert str(stopped.value.code).startswith(f"error: the run folder {run_dir} was moved to {tmp_path / 'kept'}")
+        assert not run_dir.exists() and os.listdir(tmp_path / "kept") == []
+    finally:
+        os.close(RUN_FOLDER_LOCKS.pop(str(run_dir)))
