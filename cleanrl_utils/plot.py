@@ -136,7 +136,8 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
         tags = accumulator.Tags()["scalars"]
         if tag not in tags:
             if tags:  # a run that logged, but not this tag (no episode finished yet): named, not silently skipped
-                notes.append(f"left out {name}: it logged no {tag!r} (no episode finished)")
+                why = "no episode finished" if tag.endswith("episodic_return") else "its script does not log it, or not yet"
+                notes.append(f"left out {name}: it logged no {tag!r} ({why})")
             continue
         hyperparameters = read_hyperparameters(accumulator)
         parsed = parse_run_name(name)

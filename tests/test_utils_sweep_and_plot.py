@@ -1069,6 +1069,12 @@ def test_short_runs_summarise_without_warnings_and_runs_without_episodes_are_nam
         "left out Pong-v5__ppo_atari_envpool__1__1700000000: it logged no 'charts/episodic_return' (no episode finished)"
     ]
     assert row["sps"] is None and "| n/a |" in summary_markdown([row])
+    notes = []  # trial 22 cosmetic: another tag's absence is not "no episode finished"
+    load_runs(str(log_dir), "losses/value_loss", notes)
+    assert notes == [
+        "left out Pong-v5__ppo_atari_envpool__1__1700000000: it logged no 'losses/value_loss' (its script does not log "
+        "it, or not yet)"
+    ]
     # trial 21 cosmetic: another tag's columns were "final return" and "best return"
     header = summary_markdown([row], tag="losses/value_loss").splitlines()[0]
     assert header == "| script | env | seeds | steps | final value loss | highest value loss | SPS |"
