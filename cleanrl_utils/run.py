@@ -308,7 +308,9 @@ class ProgressLine:
     the episodes since the resume, and its line says so: `episodes_before` are those its checkpoint gave back
     (ppo.py's and dqn.py's sync envs keep their returns; trial 21: they were counted as since the resume)."""
 
-    def __init__(self, start_step: int, total_steps: int, episode_word: str = "episodes", stream=None, episodes_before: int = 0):
+    def __init__(
+        self, start_step: int, total_steps: int, episode_word: str = "episodes", stream=None, episodes_before: int = 0
+    ):
         self.start_step, self.start_time, self.episodes_before = start_step, time.time(), episodes_before
         self.total_steps = total_steps
         self.episode_word = episode_word if start_step == 0 else f"{episode_word} since resume"
