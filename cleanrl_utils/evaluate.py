@@ -116,6 +116,8 @@ def load_checkpoint(model_path: str) -> dict:
 
     try:
         checkpoint = torch.load(model_path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:  # there when checked, gone when read (trial 22: a run folder moved while filming)
+        sys.exit(f"error: --model-path {model_path!r} no longer exists: it was moved or deleted while evaluate read it")
     except Exception as error:  # a truncated or foreign file: say so in one line, naming what evaluate reads
         sys.exit(
             f"error: --model-path {model_path!r} is not readable as a model file or checkpoint (.cleanrl_model, "

@@ -82,6 +82,17 @@ def test_model_path_errors_give_one_line(tmp_path, monkeypatch):
     (tmp_path / "junk.cleanrl_model").write_bytes(os.urandom(500))
     # trial 19 cosmetic: a truncated checkpoint.pt was called "not a readable .cleanrl_model file"
     one_line_exit(lambda: evaluate(str(tmp_path / "junk.cleanrl_model")), "is not readable as a model file or checkpoint")
+
+    # trial 22 cosmetic C1: a model moved away between evaluate's check and its read was called "not readable"
+    vanishing = tmp_path / "vanishing.cleanrl_model"
+    vanishing.write_bytes(b"x")
+
+    def flax_reader_while_the_file_is_moved(path):
+        os.remove(path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(evaluate_module, "load_flax_checkpoint", flax_reader_while_the_file_is_moved)
+        one_line_exit(lambda: evaluate(str(vanishing)), "--model-path", "no longer exists: it was moved or deleted")
     torch.save({"script": "not_a_script", "model_state_dict": {}, "args": {}}, tmp_path / "other.cleanrl_model")
     one_line_exit(
         lambda: evaluate(str(tmp_path / "other.cleanrl_model")), "written by 'not_a_script' (a file from before", "--script"
