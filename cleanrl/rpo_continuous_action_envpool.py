@@ -418,10 +418,7 @@ if __name__ == "__main__":
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights and normaliser statistics."""
         statistics = {name: rms.state_dict() for name, rms in normalisers.items()}
-        torch.save(
-            {**WRITTEN_BY, "model_state_dict": agent.state_dict(), "args": vars(args)} | statistics,
-            path,
-        )
+        save_torch(path, {**WRITTEN_BY, "model_state_dict": agent.state_dict(), "args": vars(args)} | statistics)
         return path
 
     def training_state(iteration: int) -> dict:

@@ -477,10 +477,7 @@ if __name__ == "__main__":
 
     def model_file(path: str) -> str:
         """The `.cleanrl_model` format `cleanrl_utils.evaluate` reads: script name, args, weights."""
-        torch.save(
-            {**WRITTEN_BY, "model_state_dict": actor.state_dict(), "args": vars(args)},
-            path,
-        )
+        save_torch(path, {**WRITTEN_BY, "model_state_dict": actor.state_dict(), "args": vars(args)})
         return path
 
     def training_state(iteration: int) -> dict:

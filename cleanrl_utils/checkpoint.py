@@ -11,6 +11,7 @@ import numbers
 import os
 import random
 import re
+import shlex
 import sys
 import time
 import types
@@ -19,7 +20,14 @@ from typing import Callable
 
 import numpy as np
 
-from cleanrl_utils.stop import CHECKPOINT_NAMES, COMPLETED_SAVES, SAVES_IN_PROGRESS, os_error_in, run_folder_gone
+from cleanrl_utils.stop import (
+    CHECKPOINT_NAMES,
+    COMPLETED_SAVES,
+    SAVES_IN_PROGRESS,
+    is_checkpoint_file,
+    os_error_in,
+    run_folder_gone,
+)
 
 # Every checkpoint holds these, with these types (the script's own keys are checked by the script).
 COMMON_KEYS = {"script": str, "run_name": str, "args": dict, "iteration": int, "global_step": int, "rng": dict}
@@ -47,9 +55,10 @@ def readable_size(size: int) -> str:
     return f"{size / 1e6:.1f} MB" if size >= 10**5 else f"{size:,} bytes"
 
 
-def write_atomically(path: str, write: Callable) -> None:
+def write_atomically(path: str, write: Callable, holds_replay_buffer: bool = False) -> None:
     """`write(file)` into `path + ".tmp"`, flushed to disk, then renamed over `path`: a crash, kill or
-    full disk mid-write never leaves a torn checkpoint, and the previous one stays until the rename."""
+    full disk mid-write never leaves a torn checkpoint or model file, and the previous one stays until the rename.
+    Checkpoints written are recorded in COMPLETED_SAVES (for the lines of a stop or a moved run folder)."""
     tmp_path = path + ".tmp"
     SAVES_IN_PROGRESS.add(tmp_path)  # a second Ctrl-C during the write removes it (cleanrl_utils.stop)
     try:
@@ -58,7 +67,8 @@ def write_atomically(path: str, write: Callable) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
-        COMPLETED_SAVES.append(path)
+        if is_checkpoint_file(path):
+            COMPLETED_SAVES.append(path)
     except BaseException as error:  # a full disk or a KeyboardInterrupt: the half-written file is as large as a checkpoint
         written = os.path.getsize(tmp_path) if os.path.exists(tmp_path) else 0
         if os.path.exists(tmp_path):
@@ -73,10 +83,16 @@ def write_atomically(path: str, write: Callable) -> None:
         # "resume" only where there is a file to resume (trial 19: a first save said so with nothing saved before).
         kept = os.path.exists(path)
         before = "the previous file there is as it was" if kept else "no earlier file of that name was there"
+        buffer = " (the replay buffer is most of it: --no-checkpoint-buffer leaves it out)" if holds_replay_buffer else ""
+        if is_checkpoint_file(path):
+            then = "resume" if kept else "run again"
+        elif COMPLETED_SAVES:  # a model file (--save-model, or a video's snapshot) after a whole checkpoint (trial 23)
+            then = f"continue with --resume {shlex.quote(COMPLETED_SAVES[-1])} (with --save-model it writes the model)"
+        else:
+            then = "run again"
         sys.exit(
             f"error: could not write {path} ({cause.strerror or cause}, after {readable_size(written)}); {before}. "
-            "Free space there (a checkpoint that holds a replay buffer is the largest: --no-checkpoint-buffer leaves it "
-            f"out where a script has it) and {'resume' if kept else 'run again'}"
+            f"Free space there{buffer} and {then}"
         )
     finally:
         SAVES_IN_PROGRESS.discard(tmp_path)
@@ -130,7 +146,7 @@ def save_torch(path: str, state: dict, progress=None, keep: bool = False) -> Non
     import torch
 
     start = time.time()
-    write_atomically(path, lambda f: torch.save(state, f))
+    write_atomically(path, lambda f: torch.save(state, f), holds_replay_buffer=bool(state.get("replay_buffer")))
     if keep:
         keep_a_link(path, state["global_step"], lambda f: torch.save(state, f))
     seconds = time.time() - start

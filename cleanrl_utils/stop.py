@@ -67,6 +67,12 @@ RUN_FOLDER_LOCKS: dict[str, int] = {}
 CHECKPOINT_NAMES = ("checkpoint.pt", "checkpoint.msgpack")
 
 
+def is_checkpoint_file(path: str) -> bool:
+    """checkpoint.pt/.msgpack, or one kept under its step (checkpoint-000307200.pt): a file a run resumes from. A
+    `.cleanrl_model` (weights and args only) is not one."""
+    return re.fullmatch(r"checkpoint(-\d+)?\.(pt|msgpack)", os.path.basename(path)) is not None
+
+
 def _say(message: str) -> None:
     try:
         os.write(2, f"\n{message}\n".encode())  # "\n" first: ends a live progress line
@@ -594,9 +600,7 @@ def late_stop_line() -> str | None:
     if not PENDING_STOP:
         return None
     saved = [  # checkpoint.pt, or checkpoint-{step}.pt with --keep-checkpoints (checkpoint.pt links to it)
-        os.path.join(os.path.dirname(path), re.sub(r"-\d+(\.\w+)$", r"\1", os.path.basename(path)))
-        for path in COMPLETED_SAVES
-        if re.fullmatch(r"checkpoint(-\d+)?\.(pt|msgpack)", os.path.basename(path))
+        os.path.join(os.path.dirname(path), re.sub(r"-\d+(\.\w+)$", r"\1", os.path.basename(path))) for path in COMPLETED_SAVES
     ]
     checkpoint = f"; checkpoint: {saved[-1]}" if saved else ""
     name = SIGNAL_NAMES[PENDING_STOP[0]]

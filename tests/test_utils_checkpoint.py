@@ -96,8 +96,11 @@ def test_write_atomically_never_leaves_a_torn_file_under_sigkill(tmp_path):
     assert killed_mid_write >= 2 and killed_before_rename >= 3, (killed_mid_write, killed_before_rename)
 
 
-def test_a_failing_write_keeps_the_previous_file(tmp_path):
-    path = str(tmp_path / "state.bin")
+def test_a_failing_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    import cleanrl_utils.checkpoint as checkpoint_module
+
+    monkeypatch.setattr(checkpoint_module, "COMPLETED_SAVES", [])  # no checkpoint written by this process yet
+    path = str(tmp_path / "checkpoint.pt")
     write_atomically(path, lambda f: f.write(b"old"))
 
     def fail_halfway(f):
@@ -123,24 +126,33 @@ def test_a_failing_write_keeps_the_previous_file(tmp_path):
 
     big = {"weights": torch.zeros(1_000_000)}
     line = one_line_exit(
-        lambda: write_atomically(path, lambda f: torch.save(big, FullDisk(f))),
+        lambda: write_atomically(path, lambda f: torch.save(big, FullDisk(f)), holds_replay_buffer=True),
         "(No space left on device, after ",
         "); the previous file there is as it was",
-        "--no-checkpoint-buffer",
-        "and resume",
+        "Free space there (the replay buffer is most of it: --no-checkpoint-buffer leaves it out) and resume",
     )
     # what reached the disk, under 1 MB here, as a reader takes it in (trial 17: "after 0.00 GB")
     assert re.search(r"after (\d[\d,]* bytes|\d+\.\d MB)\)", line), line
     assert open(path, "rb").read() == b"old"
     assert not os.path.exists(path + ".tmp")  # the half-written file (a checkpoint's size) is not left behind
     # a first save: no earlier file to keep or to resume from (trial 19 cosmetic)
-    first = str(tmp_path / "first.pt")
-    one_line_exit(
+    (tmp_path / "first").mkdir()
+    first = str(tmp_path / "first" / "checkpoint.pt")
+    line = one_line_exit(
         lambda: write_atomically(first, lambda f: torch.save(big, FullDisk(f))),
-        "; no earlier file of that name was there. Free space there",
-        "and run again",
+        "; no earlier file of that name was there. Free space there and run again",
     )
+    assert "--no-checkpoint-buffer" not in line  # trial 23 cosmetic: said to ppo.py, which has no replay buffer
     assert not os.path.exists(first) and not os.path.exists(first + ".tmp")
+    # trial 23, A1: a model file (--save-model, a video's snapshot) after a whole checkpoint points at that checkpoint
+    monkeypatch.setattr(checkpoint_module, "COMPLETED_SAVES", [path])
+    model = str(tmp_path / "ppo.cleanrl_model")
+    one_line_exit(
+        lambda: write_atomically(model, lambda f: torch.save(big, FullDisk(f))),
+        "; no earlier file of that name was there. Free space there and continue with ",
+        f"--resume {path} (with --save-model it writes the model)",
+    )
+    assert not os.path.exists(model) and not os.path.exists(model + ".tmp")
 
     def interrupted_halfway(f):
         f.write(b"ne")
@@ -681,3 +693,44 @@ def test_a_twin_frameworks_checkpoint_is_named_as_such(tmp_path):
     )
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     one_line_exit(lambda: load_torch(str(tmp_path / "junk.pt"), "ppo_atari_envpool"), "is not a readable checkpoint")
+
+
+MODEL_ON_A_FULL_DISK = """
+import builtins, runpy, sys
+real_open = builtins.open
+def open_on_a_full_disk(file, mode="r", *args, **kwargs):  # the model file's write lands on a full disk
+    if isinstance(file, str) and file.endswith(".cleanrl_model.tmp"):
+        return real_open("/dev/full", mode, *args, **kwargs)
+    return real_open(file, mode, *args, **kwargs)
+builtins.open = open_on_a_full_disk
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a file every write to fails with ENOSPC")
+def test_a_full_disk_under_save_model_is_one_line_and_the_printed_resume_writes_the_model(tmp_path):
+    """Trial 23, A1: `--save-model` on a full disk printed torch's zip-writer traceback and left a truncated
+    `ppo.cleanrl_model` under its final name. Real ppo.py, two iterations, its model's write sent to /dev/full."""
+    script = os.path.join(REPO, "cleanrl", "ppo.py")
+    flags = ["--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "256", "--torch-threads", "1"]
+    command = [sys.executable, "-c", MODEL_ON_A_FULL_DISK, script, *flags, "--save-model", "--log-dir", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
+    (run_dir,) = tmp_path.iterdir()
+    checkpoint = run_dir / "checkpoint.pt"
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == (
+        f"error: could not write {run_dir / 'ppo.cleanrl_model'} (No space left on device, after 0 bytes); no earlier "
+        f"file of that name was there. Free space there and continue with --resume {checkpoint} (with --save-model it "
+        "writes the model)"
+    )
+    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", *[n for n in os.listdir(run_dir) if n.startswith("events")]]
+    # the printed command, the disk freed: the finished run only writes its model, which evaluates
+    resumed = subprocess.run(
+        [sys.executable, script, "--resume", str(checkpoint), "--save-model"], capture_output=True, text=True, cwd=REPO
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"model saved to {run_dir / 'ppo.cleanrl_model'}" in resumed.stdout
+    from cleanrl_utils.evaluate import evaluate
+
+    assert len(evaluate(str(run_dir / "ppo.cleanrl_model"), episodes=1, seed=1)) == 1
