@@ -32,6 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run as `python benchmark/time_to_score.py` from anywhere
 from cleanrl_utils.plot import load_runs  # noqa: E402
 from cleanrl_utils.results import cpu_description  # noqa: E402
+from cleanrl_utils.stop import CHILDREN, LEFT_BEHIND, exit_tool_on_signals  # noqa: E402
 
 
 @dataclass
@@ -80,6 +81,7 @@ def games_so_far(log_dir: str, launched: float) -> tuple[np.ndarray, np.ndarray,
 
 
 def main() -> None:
+    exit_tool_on_signals("benchmark/time_to_score.py")  # a stop ends its run and writes no record: one line
     args = tyro.cli(TimeToScoreArgs)
     script_path = os.path.join(REPO, "cleanrl", f"{args.script}.py")
     if not os.path.isfile(script_path):
@@ -108,6 +110,9 @@ def main() -> None:
     launched = time.time()
     with open(os.path.join(log_dir, "train.log"), "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    # a Ctrl-C or SIGTERM to this tool ends the run too, where it went on alone (trial 23, A3): the measure is void
+    CHILDREN.append(process)
+    LEFT_BEHIND.append(f"no record written; the run's unfinished folder: {log_dir}")
     reached_at, stop_reason = None, None
     while process.poll() is None:
         time.sleep(args.poll_seconds)
@@ -128,6 +133,8 @@ def main() -> None:
             process.send_signal(signal.SIGINT)  # the script saves a checkpoint and exits
             break
     code = process.wait()
+    CHILDREN.remove(process)
+    LEFT_BEHIND.clear()
     steps, seconds, returns = games_so_far(log_dir, launched)
     means = window_means(returns, args.window)
     if stop_reason is None and code != 0:

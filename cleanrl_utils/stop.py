@@ -45,6 +45,9 @@ LEFT_BEHIND: list[str] = []
 # The folder of the evaluation video being filmed now (cleanrl_utils.video.VideoJobs), if any. Its evaluator runs in
 # its own session and finishes its video after a second Ctrl-C stops training: that line says so (trial 18).
 STILL_FILMING: list[str] = []
+# [True] once the training loop reached its last iteration (cleanrl_utils.run.checkpoint_due notes it): a run folder
+# moved after that is not offered a --resume that would only say the run already ran its iterations (trial 23, A2).
+TRAINED_ALL_ITERATIONS: list[bool] = []
 # The run folder this process made for a fresh run (cleanrl_utils.run.run_folder): a signal during start-up removes
 # it, since nothing was trained into it, and so does a refusal of memory before any checkpoint was saved (trial 15, S5: each stop between "run folder:" and training left an empty
 # folder, which --resume then could not use).
@@ -241,9 +244,11 @@ def run_folder_gone() -> str | None:
             pass
         except OSError:
             continue
+        finished = bool(TRAINED_ALL_ITERATIONS)
         if held.st_nlink == 0:
+            when = "after the run trained all its iterations" if finished else "while the run trained"
             return (
-                f"error: the run folder {run_dir} was deleted while the run trained, with everything in it; "
+                f"error: the run folder {run_dir} was deleted {when}, with everything in it; "
                 "this run cannot write on: start it again"
             )
         try:
@@ -255,21 +260,35 @@ def run_folder_gone() -> str | None:
         saved = [p for p in COMPLETED_SAVES if os.path.dirname(p) == run_dir]
         names = [os.path.basename(saved[-1])] if saved else list(CHECKPOINT_NAMES)
         checkpoint = next((os.path.join(now, name) for name in names if os.path.isfile(os.path.join(now, name))), None)
-        resume = (
-            f"; its last checkpoint is {checkpoint} (continue with --resume {shlex.quote(checkpoint)})"
-            if checkpoint
-            else "; it holds no checkpoint yet"
-        )
+        if checkpoint is None:
+            resume = "; it holds no checkpoint yet"
+        elif finished:  # a resume at the run's end only does the end-of-run work, such as --save-model
+            resume = (
+                f"; its final checkpoint is {checkpoint} (--resume {shlex.quote(checkpoint)} --save-model writes its model)"
+            )
+        else:
+            resume = f"; its last checkpoint is {checkpoint} (continue with --resume {shlex.quote(checkpoint)})"
         filming = "".join(  # trial 21, Y6: the run ended without a word on the video still being filmed
             f"; the evaluation video being filmed in {now}{folder[len(run_dir) :]} is finished by its own process"
             for folder in STILL_FILMING
             if folder.startswith(run_dir + os.sep)
         )
-        return (
-            f"error: the run folder {run_dir} was moved to {now} while the run trained, so this run cannot write "
-            f"on{resume}{filming}"
-        )
+        when = "after the run trained all its iterations" if finished else "while the run trained"
+        return f"error: the run folder {run_dir} was moved to {now} {when}, so this run cannot write on{resume}{filming}"
     return None
+
+
+def current_place(path: str) -> str:
+    """Where `path`, inside a run folder this process holds, is now: under the folder's new name if it was moved
+    (trial 23, A2: "evaluation video written: <the old path>"); `path` itself otherwise."""
+    for run_dir, descriptor in RUN_FOLDER_LOCKS.items():
+        if path.startswith(run_dir + os.sep):
+            try:
+                now = os.readlink(f"/proc/self/fd/{descriptor}")
+            except OSError:
+                return path
+            return now + path[len(run_dir) :] if now.startswith("/") and os.path.isdir(now) else path
+    return path
 
 
 def quiet_writer_thread(hook_args) -> None:

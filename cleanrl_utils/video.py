@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from cleanrl_utils.stop import STILL_FILMING, run_folder_gone
+from cleanrl_utils.stop import STILL_FILMING, current_place, run_folder_gone
 
 
 class VideoWriter:
@@ -241,6 +241,7 @@ class VideoJobs:
             print(f"waiting for the evaluation video still being filmed in {video_dir} ...", flush=True)
         returncode = process.wait()
         log.close()
+        video_dir = current_place(video_dir)  # the run folder may have moved meanwhile
         status = "written" if returncode == 0 else f"FAILED (exit {returncode}, see {video_dir}/evaluate.log)"
         self.results.append(f"evaluation video {status}: {video_dir}")
         print(self.results[-1], flush=True)

@@ -85,16 +85,10 @@ def test_speed_by_machine_refuses_a_steps_scale_it_cannot_run_in_one_line(flag):
     assert result.stderr == f"error: --steps-scale must be in (0, 100], got {float(flag)}\n", result.stderr
 
 
-@pytest.mark.parametrize("signum,name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
-def test_a_stopped_benchmark_ends_its_runs_and_removes_their_folder(signum, name):
-    """Trial 21, Y4: a SIGTERM to speed_by_machine.py left its training run going on alone (parent 1) and its
-    temporary folder behind; a Ctrl-C printed a KeyboardInterrupt traceback. The signal goes to the tool alone (as
-    `kill` sends it): its run is ended, their folder removed, one line."""
-    script = os.path.join(REPO, "benchmark", "speed_by_machine.py")
-    command = [sys.executable, script, "--only", "ppo_atari_envpool", "--idle-only", "--no-write", "--steps-scale", "0.1"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+def first_training_child(process: subprocess.Popen) -> tuple[str, list[str]]:
+    """(pid, argv) of the tool's first child that trains (one with --log-dir, not lscpu), within a minute."""
     deadline, child, argv = time.time() + 60, None, []
-    while "--log-dir" not in argv and time.time() < deadline:  # its first run has started (not lscpu)
+    while "--log-dir" not in argv and time.time() < deadline:
         time.sleep(0.2)
         children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
         for child in children:
@@ -104,6 +98,18 @@ def test_a_stopped_benchmark_ends_its_runs_and_removes_their_folder(signum, name
             except OSError:  # it ended meanwhile
                 argv = []
     assert "--log-dir" in argv, "no run started within a minute"
+    return child, argv
+
+
+@pytest.mark.parametrize("signum,name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
+def test_a_stopped_benchmark_ends_its_runs_and_removes_their_folder(signum, name):
+    """Trial 21, Y4: a SIGTERM to speed_by_machine.py left its training run going on alone (parent 1) and its
+    temporary folder behind; a Ctrl-C printed a KeyboardInterrupt traceback. The signal goes to the tool alone (as
+    `kill` sends it): its run is ended, their folder removed, one line."""
+    script = os.path.join(REPO, "benchmark", "speed_by_machine.py")
+    command = [sys.executable, script, "--only", "ppo_atari_envpool", "--idle-only", "--no-write", "--steps-scale", "0.1"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    child, argv = first_training_child(process)
     scratch = os.path.dirname(os.path.dirname(argv[argv.index("--log-dir") + 1]))  # <scratch>/<row>-<side>/0
     process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=60)
@@ -112,3 +118,23 @@ def test_a_stopped_benchmark_ends_its_runs_and_removes_their_folder(signum, name
         f"{name}: benchmark/speed_by_machine.py stopped; ended the 1 run it had started; removed its scratch folder"
     )
     assert not os.path.exists(f"/proc/{child}") and not os.path.exists(scratch)
+
+
+@pytest.mark.parametrize("signum,name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
+def test_a_stopped_time_to_score_ends_its_run_and_writes_no_record(tmp_path, signum, name):
+    """Trial 23, A3: a SIGTERM to time_to_score.py exited without a word, its training run going on alone (parent 1);
+    a Ctrl-C printed a KeyboardInterrupt traceback. The signal goes to the tool alone (as `kill` sends it)."""
+    script = os.path.join(REPO, "benchmark", "time_to_score.py")
+    command = [sys.executable, script, "--script", "ppo_atari_envpool", "--minutes", "3", "--poll-seconds", "1"]
+    command += ["--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results")]
+    command += ["--script-args=--num-envs 4 --num-steps 64 --torch-threads 1"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    child, _ = first_training_child(process)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum and "Traceback" not in stderr, stderr
+    assert stderr.strip() == (
+        f"{name}: benchmark/time_to_score.py stopped; ended the 1 run it had started; no record written; the run's "
+        f"unfinished folder: {tmp_path / 'runs' / 'ppo_atari_envpool__Pong-v5__1'}"
+    )
+    assert not os.path.exists(f"/proc/{child}") and not (tmp_path / "results").exists()

@@ -257,3 +257,38 @@ def test_a_video_due_after_the_run_folder_moved_ends_the_run_and_makes_no_folder
         assert not run_dir.exists() and os.listdir(tmp_path / "kept") == []
     finally:
         os.close(RUN_FOLDER_LOCKS.pop(str(run_dir)))
+
+
+def test_a_run_folder_moved_while_the_last_video_is_awaited_names_the_new_place_and_offers_no_resume(stub, capsys):
+    """Trial 23, A2: the run folder moved while the run, past its last iteration, waited for a video: the run said
+    "evaluation video written: <the old path>", then "moved ... while the run trained ... (continue with --resume
+    ...)", a resume that only says the run already ran its iterations."""
+    from cleanrl_utils.run import checkpoint_due, lock_run_folder
+    from cleanrl_utils.stop import RUN_FOLDER_LOCKS, TRAINED_ALL_ITERATIONS
+
+    run_dir = stub / "runs" / "CartPole-v1__ppo__1__1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "checkpoint.pt").write_bytes(b"saved")
+    lock_run_folder(str(run_dir))
+    kept = stub / "kept"
+    try:
+        jobs = VideoJobs(str(run_dir), write_model())
+        assert not checkpoint_due(2, 4, 0, stopping=False)
+        jobs.film(2)
+        wait_started(run_dir, 2)
+        run_dir.rename(kept)
+        assert checkpoint_due(4, 4, 0, stopping=False)  # the last iteration: its checkpoint, then its video
+        release(kept, 2, after=0.3)
+        with pytest.raises(SystemExit) as stopped:
+            jobs.film(4, final=True)
+        assert capsys.readouterr().out.splitlines()[-1] == f"evaluation video written: {kept / 'videos' / 'iteration-2'}"
+        assert stopped.value.code == (
+            f"error: the run folder {run_dir} was moved to {kept} after the run trained all its iterations, so this run "
+            f"cannot write on; its final checkpoint is {kept / 'checkpoint.pt'} (--resume {kept / 'checkpoint.pt'} "
+            "--save-model writes its model)"
+        )
+        assert not run_dir.exists() and os.path.exists(kept / "videos" / "iteration-2" / "eval-episode-0.mp4")
+    finally:
+        TRAINED_ALL_ITERATIONS.clear()
+        STILL_FILMING.clear()
+        os.close(RUN_FOLDER_LOCKS.pop(str(run_dir)))
