@@ -12,8 +12,8 @@ import numpy as np
 from cleanrl_utils.stop import (
     FRESH_LOG_DIRS_MADE,
     FRESH_RUN_FOLDER,
+    LOOP_PROGRESS,
     RUN_FOLDER_LOCKS,
-    TRAINED_ALL_ITERATIONS,
     folders_missing,
     late_stop_line,
     remove_fresh_run_folder,
@@ -392,9 +392,8 @@ def exit_if_diverged(
 
 def checkpoint_due(iteration: int, num_iterations: int, every: int, stopping: bool) -> bool:
     """Every `every` iterations (0: never on a schedule), at a requested stop, and at the end. Notes the end for the
-    line about a run folder moved or deleted after it (stop.TRAINED_ALL_ITERATIONS)."""
-    if iteration >= num_iterations:
-        TRAINED_ALL_ITERATIONS[:] = [True]
+    lines of a run folder moved, deleted or left after a failure (stop.LOOP_PROGRESS): called once per iteration."""
+    LOOP_PROGRESS[:] = [iteration, num_iterations]
     return (every > 0 and iteration % every == 0) or stopping or iteration == num_iterations
 
 

@@ -45,9 +45,16 @@ LEFT_BEHIND: list[str] = []
 # The folder of the evaluation video being filmed now (cleanrl_utils.video.VideoJobs), if any. Its evaluator runs in
 # its own session and finishes its video after a second Ctrl-C stops training: that line says so (trial 18).
 STILL_FILMING: list[str] = []
-# [True] once the training loop reached its last iteration (cleanrl_utils.run.checkpoint_due notes it): a run folder
-# moved after that is not offered a --resume that would only say the run already ran its iterations (trial 23, A2).
-TRAINED_ALL_ITERATIONS: list[bool] = []
+# [iteration, number of iterations] of the training loop's latest iteration (cleanrl_utils.run.checkpoint_due notes
+# it), empty before the first. A run folder moved after the last one is not offered a --resume that would only say the
+# run already ran its iterations (trial 23, A2); a fresh folder that logged an iteration is not removed (A4).
+LOOP_PROGRESS: list[int] = []
+
+
+def trained_all_iterations() -> bool:
+    return bool(LOOP_PROGRESS) and LOOP_PROGRESS[0] >= LOOP_PROGRESS[1]
+
+
 # The run folder this process made for a fresh run (cleanrl_utils.run.run_folder): a signal during start-up removes
 # it, since nothing was trained into it, and so does a refusal of memory before any checkpoint was saved (trial 15, S5: each stop between "run folder:" and training left an empty
 # folder, which --resume then could not use).
@@ -190,10 +197,15 @@ def check_address_space(needed: int, what: str) -> None:
 
 def remove_fresh_run_folder() -> str:
     """Remove the run folder this process made for a fresh run, unless a checkpoint was saved into it (then the
-    folder is the run's, to --resume); says which, for a one-line exit."""
+    folder is the run's, to --resume) or an iteration was logged there (its curves, maybe a video: trial 23, A4, a
+    full disk removed a finished evaluation video and 12k steps of curves, saying "nothing was saved"); says which,
+    for a one-line exit."""
     for folder in FRESH_RUN_FOLDER:
         if COMPLETED_SAVES:
             return f"; its checkpoint {COMPLETED_SAVES[-1]} is whole"
+        if LOOP_PROGRESS:
+            iterations = f"{LOOP_PROGRESS[0]} iteration{'s' * (LOOP_PROGRESS[0] != 1)}"
+            return f"; its run folder {folder} keeps what {iterations} logged (curves, videos; no checkpoint was saved)"
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
@@ -244,7 +256,7 @@ def run_folder_gone() -> str | None:
             pass
         except OSError:
             continue
-        finished = bool(TRAINED_ALL_ITERATIONS)
+        finished = trained_all_iterations()
         if held.st_nlink == 0:
             when = "after the run trained all its iterations" if finished else "while the run trained"
             return (

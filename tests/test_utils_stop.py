@@ -192,6 +192,45 @@ def test_the_machine_refusing_memory_is_one_line_and_a_run_folder_with_nothing_s
         assert not runs.exists(), os.listdir(runs)
 
 
+FULL_DISK_AFTER_ITERATIONS = """
+    import os, sys
+    from types import SimpleNamespace
+    from cleanrl_utils.stop import exit_at_once_on_signals
+    from cleanrl_utils.run import checkpoint_due, run_folder
+    exit_at_once_on_signals()
+    _, run_dir = run_folder(SimpleNamespace(env_id="CartPole-v1", exp_name="ppo", seed=1, log_dir=sys.argv[1]))
+    for iteration in range(1, int(sys.argv[2]) + 1):  # iterations logged, none due for a checkpoint
+        assert not checkpoint_due(iteration, 100, 0, stopping=False)
+        if iteration == 2:
+            os.makedirs(os.path.join(run_dir, "videos", "iteration-2"))
+            open(os.path.join(run_dir, "videos", "iteration-2", "eval-episode-0.mp4"), "wb").write(b"a video")
+    raise OSError(28, "No space left on device")
+"""
+
+
+@pytest.mark.parametrize("iterations", [0, 3])
+def test_a_full_disk_removes_a_fresh_run_folder_only_before_its_first_iteration(tmp_path, iterations):
+    """Trial 23, A4: a full disk at 12k steps removed the run folder, with a finished evaluation video and its curves,
+    saying "where nothing was saved". A folder that logged an iteration stays; one that did not goes, as before."""
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-c", textwrap.dedent(FULL_DISK_AFTER_ITERATIONS), str(runs), str(iterations)]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    folder = result.stdout.split("run folder: ")[1].strip()
+    if iterations:
+        assert stderr_lines(result.stderr) == [
+            f"error: the disk is full (No space left on device); its run folder {folder} keeps what 3 iterations "
+            "logged (curves, videos; no checkpoint was saved): free space there, or write elsewhere, and run again"
+        ]
+        assert open(os.path.join(folder, "videos", "iteration-2", "eval-episode-0.mp4"), "rb").read() == b"a video"
+    else:
+        assert stderr_lines(result.stderr) == [
+            f"error: the disk is full (No space left on device); removed its run folder {folder} and the --log-dir "
+            f"{runs} made for it, where nothing was saved: free space there, or write elsewhere, and run again"
+        ]
+        assert not runs.exists()
+
+
 def test_an_address_space_limit_below_what_the_libraries_load_under_is_one_line_before_they_load():
     """Below MIN_ADDRESS_SPACE torch's own import aborted in C++ (exit 134, no line): refused before it runs."""
     import resource

@@ -264,7 +264,7 @@ def test_a_run_folder_moved_while_the_last_video_is_awaited_names_the_new_place_
     "evaluation video written: <the old path>", then "moved ... while the run trained ... (continue with --resume
     ...)", a resume that only says the run already ran its iterations."""
     from cleanrl_utils.run import checkpoint_due, lock_run_folder
-    from cleanrl_utils.stop import RUN_FOLDER_LOCKS, TRAINED_ALL_ITERATIONS
+    from cleanrl_utils.stop import LOOP_PROGRESS, RUN_FOLDER_LOCKS
 
     run_dir = stub / "runs" / "CartPole-v1__ppo__1__1"
     run_dir.mkdir(parents=True)
@@ -289,6 +289,6 @@ def test_a_run_folder_moved_while_the_last_video_is_awaited_names_the_new_place_
         )
         assert not run_dir.exists() and os.path.exists(kept / "videos" / "iteration-2" / "eval-episode-0.mp4")
     finally:
-        TRAINED_ALL_ITERATIONS.clear()
+        LOOP_PROGRESS.clear()
         STILL_FILMING.clear()
         os.close(RUN_FOLDER_LOCKS.pop(str(run_dir)))
