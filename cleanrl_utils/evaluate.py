@@ -349,8 +349,8 @@ def evaluate(
     if video_dir:  # a stop before the first video removes it again, with the folders above it made for it
         make_output_dir(
             video_dir,
-            holds="the videos: each eval-episode-<n>.mp4 a whole episode, and the episodes the stop cut short as "
-            "eval-episode-<n>.partial.mp4",
+            holds="the videos: each eval-episode-<n>.mp4 a whole episode, and an episode a Ctrl-C or "
+            "SIGTERM cut short, if any, as eval-episode-<n>.partial.mp4",
         )
     returns = play(player, episodes, video_dir)
     if video_dir and player.film_env_id:

@@ -395,7 +395,7 @@ def main() -> None:
 
     map_blas_buffer_now()  # before the folder is made: a refusal is then one line with nothing written
 
-    make_output_dir(args.output_dir, holds="the plots drawn so far, if any, the last one possibly cut short")
+    make_output_dir(args.output_dir, holds="the plots drawn so far, if any (each one whole)")
     envs = sorted({run.env_id for run in runs})
     for env_id in envs:
         path = os.path.join(args.output_dir, f"{env_id.replace('/', '-')}.png")  # phys2d/CartPole-v1: one file

@@ -465,9 +465,11 @@ def written_whole(path: str, mode: str = "w", **open_args):
         with open(tmp_path, mode, **open_args) as file:
             yield file
         os.replace(tmp_path, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             os.remove(tmp_path)
+        if isinstance(error, OSError) and error.filename is None:  # a write's error names no file (trial 23, K3)
+            error.filename = path
         raise
     finally:
         SAVES_IN_PROGRESS.discard(tmp_path)
@@ -510,8 +512,9 @@ def exit_tool_on_signals(tool: str) -> None:
         if next(signals_seen) > 0:  # the copy (trial 13: plain `timeout` passes the terminal's Ctrl-C on): one line
             return
         ended = end_children_and_scratch()
-        removed = remove_empty_output_dirs()
-        left = remove_saves_in_progress() + "; ".join(LEFT_BEHIND)
+        half_written = remove_saves_in_progress()  # first: a folder holding only its first file's .tmp is empty then
+        removed = remove_empty_output_dirs()  # (trial 23, A5: it stayed, said to hold "the plots drawn so far")
+        left = half_written + "; ".join(LEFT_BEHIND)
         _say(f"{SIGNAL_NAMES[signum]}: {tool} stopped" + ended + (f"; {left.rstrip('; ')}" if left else "") + removed)
         _exit_now(128 + signum)
 
@@ -636,7 +639,7 @@ def late_stop_line() -> str | None:
     checkpoint = f"; checkpoint: {saved[-1]}" if saved else ""
     name = SIGNAL_NAMES[PENDING_STOP[0]]
     PENDING_STOP.clear()
-    return f"{name} came during the last iteration: the run trained all its iterations and finished as planned{checkpoint}"
+    return f"{name} came too late to stop the run early: it trained all its iterations and finished as planned{checkpoint}"
 
 
 def ignore_signals_in_worker() -> None:

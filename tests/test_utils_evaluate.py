@@ -410,7 +410,7 @@ def test_ctrl_c_while_filming_stops_in_one_line_that_names_the_videos(tmp_path):
     if video_dir.exists():  # ffmpeg had written a file: the line names them
         assert lines == [
             f"Ctrl-C: cleanrl_utils.evaluate stopped; {video_dir} holds the videos: each eval-episode-<n>.mp4 a whole "
-            "episode, and the episodes the stop cut short as eval-episode-<n>.partial.mp4"
+            "episode, and an episode a Ctrl-C or SIGTERM cut short, if any, as eval-episode-<n>.partial.mp4"
         ], stderr
     else:  # not yet (here the first file came after 2 minutes: 100,000 episodes film on many envs at once)
         assert lines == [f"Ctrl-C: cleanrl_utils.evaluate stopped; removed {video_dir}, where nothing was written"], stderr

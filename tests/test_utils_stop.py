@@ -636,6 +636,49 @@ def test_a_tool_stopped_by_a_signal_says_so_in_one_line(signum, name, moment):
     assert stderr_lines(stderr) == [f"{name}: cleanrl_utils.some_tool stopped{left}"]
 
 
+@pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_a_tool_stopped_while_writing_its_first_file_removes_that_file_and_the_folder(tmp_path, signum, name):
+    """Trial 23, A5: plot and results stopped while they wrote their first file removed its .tmp but left the folder,
+    empty, saying it "holds the plots drawn so far"."""
+    out = tmp_path / "plots"
+    process = start(
+        f"""
+        import time
+        from cleanrl_utils.stop import exit_tool_on_signals, make_output_dir, written_whole
+        exit_tool_on_signals("cleanrl_utils.plot")
+        make_output_dir({str(out)!r}, holds="the plots drawn so far")
+        with written_whole({str(out / "CartPole-v1.png")!r}, "wb") as file:
+            file.write(b"half a figure")
+            file.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+        """
+    )
+    wait_for(process, "writing")
+    process.send_signal(signum)
+    _, stderr = finish(process)
+    assert process.returncode == 128 + signum
+    assert stderr_lines(stderr) == [
+        f"{name}: cleanrl_utils.plot stopped; removed the half-written CartPole-v1.png.tmp; removed {out}, where "
+        "nothing was written"
+    ], stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a file every write to fails with ENOSPC")
+def test_a_full_disk_under_a_tool_names_the_file(tmp_path):
+    """Trial 23, K3: a write's ENOSPC names no file, so the line said "free space there" with no place named."""
+    from cleanrl_utils.stop import written_whole
+
+    path = str(tmp_path / "summary.csv")
+    os.symlink("/dev/full", path + ".tmp")  # every write to the file being written fails as on a full disk
+    with pytest.raises(OSError) as raised:
+        with written_whole(path) as file:
+            file.write("script,env_id\n" * 10_000)
+            file.flush()
+    assert raised.value.filename == path and os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "MemoryError", "sys.exit"])
 def test_a_tool_stopped_before_writing_removes_the_output_folders_it_made(tmp_path, stop):
     """Trial 17, U4: a Ctrl-C to plot (or to evaluate --capture-video) before anything was drawn left the fresh
@@ -978,7 +1021,7 @@ def test_a_stop_in_the_last_iteration_says_the_run_finished(tmp_path, stop):
     process.send_signal(signal.SIGINT)
     stdout, stderr = finish(process)
     assert process.returncode == 0 and "Traceback" not in stderr, stderr
-    late = f"Ctrl-C came during the last iteration: the run trained all its iterations and finished as planned; checkpoint: {path}"
+    late = f"Ctrl-C came too late to stop the run early: it trained all its iterations and finished as planned; checkpoint: {path}"
     if stop == "late":
         assert stdout.splitlines() == [late, "done"]
     else:
@@ -1063,6 +1106,6 @@ def test_a_ctrl_c_during_the_last_iteration_says_the_run_finished(tmp_path):
     assert process.returncode == 0 and "Traceback" not in stderr, stderr
     assert "stopped at iteration" not in stdout, stdout
     assert (
-        "Ctrl-C came during the last iteration: the run trained all its iterations and finished as planned; "
+        "Ctrl-C came too late to stop the run early: it trained all its iterations and finished as planned; "
         f"checkpoint: {run_dir / 'checkpoint.pt'}"
     ) in stdout
