@@ -203,6 +203,32 @@ def checkpoint_script(path: str) -> str | None:
     return checkpoint.get("script") if isinstance(checkpoint, dict) else None
 
 
+# What is not learned state, left out of the finiteness check: the replay buffer (GBs, and its rewards are the env's),
+# RNG states and counters, and the run's arguments (checked as flags)
+NOT_LEARNED = ("replay_buffer", "rng", "args", "env_state", "recent_returns", "next_obs", "obs")
+
+
+def first_non_finite(tree, where: str = "") -> str | None:
+    """The name of the first weight, statistic or optimiser entry in `tree` (nested dicts and lists of torch tensors,
+    numpy arrays, floats) holding NaN or inf, else None. A file with one in it plays and trains NaN (trial 24, B1:
+    a torch.multinomial traceback on --resume, "mean return nan" with exit 0 in evaluate)."""
+    import math
+
+    if isinstance(tree, dict):
+        items = ((key, value) for key, value in tree.items() if not (where == "" and key in NOT_LEARNED))
+        return next((bad for key, value in items if (bad := first_non_finite(value, f"{where}{key}.")) is not None), None)
+    if isinstance(tree, list | tuple):
+        return next((bad for i, v in enumerate(tree) if (bad := first_non_finite(v, f"{where}{i}.")) is not None), None)
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return where.rstrip(".")
+    if type(tree).__module__ == "torch" and tree.is_floating_point() and not bool(tree.isfinite().all()):
+        return where.rstrip(".")
+    if isinstance(tree, np.ndarray | np.generic) and np.issubdtype(tree.dtype, np.inexact):
+        if not np.isfinite(tree).all():
+            return where.rstrip(".")
+    return None
+
+
 def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], flag: str = "--resume") -> dict:
     """`checkpoint` if it is a dict holding `keys` (name -> type) and COMMON_KEYS and was written by
     `script`; else one line naming what is wrong, and exit. Runs before anything is written."""
@@ -220,6 +246,9 @@ def check_checkpoint(checkpoint, path: str, script: str, keys: dict[str, type], 
             _fail(flag, path, f"has a {type(value).__name__} as {name!r}, not a {expected.__name__}")
     if checkpoint["iteration"] < 0 or checkpoint["global_step"] < 0:
         _fail(flag, path, "has a negative iteration or global step")
+    bad = first_non_finite(checkpoint)
+    if bad is not None:  # a run stops at its first non-finite loss before saving it: this file is damaged or edited
+        _fail(flag, path, f"holds NaN or inf in {bad!r}: damaged or edited (a run never saves those); use another one")
     return checkpoint
 
 

@@ -111,7 +111,7 @@ def load_checkpoint(model_path: str) -> dict:
     if flax_checkpoint is not None:
         check_address_space_for_jax(model_path)
         upgrade_saved_args(flax_checkpoint["args"])
-        return flax_checkpoint
+        return checkpoint_with_finite_weights(flax_checkpoint, model_path)
     import torch
 
     try:
@@ -128,6 +128,19 @@ def load_checkpoint(model_path: str) -> dict:
     if not isinstance(checkpoint.get("args"), dict):
         sys.exit(f"error: --model-path {model_path!r} is not a .cleanrl_model file (no training args)")
     upgrade_saved_args(checkpoint["args"])
+    return checkpoint_with_finite_weights(checkpoint, model_path)
+
+
+def checkpoint_with_finite_weights(checkpoint: dict, model_path: str) -> dict:
+    """NaN or inf in the weights or statistics played as a traceback or a "mean return nan" with exit 0 (trial 24,
+    B1); a run never saves them, so the file is damaged or edited: one line."""
+    from cleanrl_utils.checkpoint import first_non_finite
+
+    bad = first_non_finite(checkpoint)
+    if bad is not None:
+        sys.exit(
+            f"error: --model-path {model_path!r} holds NaN or inf in {bad!r}: damaged or edited (a run never saves those)"
+        )
     return checkpoint
 
 

@@ -30,6 +30,7 @@ if __name__ == "__main__":
     exit_tool_on_signals("cleanrl_utils.plot")
 
 import logging
+import math
 import os
 import sys
 import warnings
@@ -158,6 +159,15 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
         else:
             expected_steps = _int(hyperparameters.get("total_timesteps"))
         events = accumulator.Scalars(tag)
+        finite = [e for e in events if math.isfinite(e.value)]
+        if len(finite) < len(events):  # a diverged run, or an edited events file (trial 24, B2): said, not averaged in
+            bad = [e.step for e in events if not math.isfinite(e.value)]
+            at = f"step {bad[0]:,}" + (f" and {len(bad) - 1:,} more" if len(bad) > 1 else "")
+            if not finite:
+                notes.append(f"left out {name}: every {tag!r} value it logged is NaN or inf ({at})")
+                continue
+            notes.append(f"{name}: left out its {len(bad):,} NaN or inf {tag!r} value{'s' * (len(bad) > 1)} ({at})")
+            events = finite
         first_wall = min(accumulator.Scalars(t)[0].wall_time for t in tags)
         sps = accumulator.Scalars("charts/SPS")[-1].value if "charts/SPS" in tags else float("nan")
         runs.append(

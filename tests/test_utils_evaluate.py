@@ -489,3 +489,36 @@ def test_a_full_disk_while_filming_is_one_line(tmp_path):
     ), lines
     assert lines[0].endswith(": free space there, or write elsewhere, and run again"), lines
     assert os.listdir(video_dir) == []  # trial 20: the cut, empty .partial.mp4 was left behind
+
+
+def test_a_file_holding_nan_weights_is_one_line_for_evaluate_and_resume(jax_run, tmp_path):
+    """Trial 24, B1: a checkpoint or model whose weights were NaN (damaged or edited: a run stops at its first
+    non-finite loss and never saves one) played as a torch.multinomial traceback, or as "mean return nan" with exit
+    0, and the JAX twin's resume called it the "last good checkpoint". Real files of two real runs, one weight NaN."""
+    import flax.serialization
+    import numpy as np
+
+    with open(os.path.join(jax_run, "checkpoint.msgpack"), "rb") as f:
+        state = flax.serialization.msgpack_restore(f.read())
+    kernel = np.array(state["train_state"]["params"]["params"]["Dense_3"]["kernel"])  # a writable copy
+    kernel[0, 0] = np.nan
+    state["train_state"]["params"]["params"]["Dense_3"]["kernel"] = kernel
+    jax_path = tmp_path / "jax" / "checkpoint.msgpack"
+    jax_path.parent.mkdir()
+    jax_path.write_bytes(flax.serialization.msgpack_serialize(state))
+    nan_at = "'train_state.params.params.Dense_3.kernel'"
+    result = evaluate_cli("--model-path", str(jax_path), "--episodes", "1")
+    assert_one_error_line(result, [f"--model-path {str(jax_path)!r} holds NaN or inf in {nan_at}: damaged or edited"])
+    result = run_script("ppo_continuous_action_envpool_xla_jax", "--resume", str(jax_path), "--total-timesteps", "2048")
+    assert_one_error_line(result, [f"--resume {str(jax_path)!r} holds NaN or inf in {nan_at}: damaged or edited"])
+
+    log_dir = tmp_path / "torch"
+    assert run_script("ppo", "--total-timesteps", "512", "--num-envs", "2", "--log-dir", str(log_dir)).returncode == 0
+    checkpoint_path = os.path.join(only_run_dir(log_dir), "checkpoint.pt")
+    checkpoint = torch.load(checkpoint_path, weights_only=True)
+    checkpoint["model_state_dict"]["actor.4.bias"][:] = float("inf")
+    torch.save(checkpoint, checkpoint_path)
+    result = evaluate_cli("--model-path", checkpoint_path, "--episodes", "1")
+    assert_one_error_line(result, ["holds NaN or inf in 'model_state_dict.actor.4.bias': damaged or edited"])
+    result = run_script("ppo", "--resume", checkpoint_path, "--total-timesteps", "1024")
+    assert_one_error_line(result, [f"--resume {checkpoint_path!r} holds NaN or inf in 'model_state_dict.actor.4.bias'"])

@@ -549,6 +549,24 @@ def test_plot_with_only_unfinished_runs_says_so_in_one_line(tmp_path):
     assert f"left out {name}" in result.stdout
 
 
+def test_nan_or_inf_returns_are_left_out_by_name_not_averaged_in(tmp_path):
+    """Trial 24, B2: a run that logged NaN or inf returns gave numpy RuntimeWarnings and a summary row of
+    "inf +- nan", exit 0, with nothing naming the run. Its non-finite values are now left out and named."""
+    log_dir = tmp_path / "runs"
+    one = write_script_run(log_dir, "CartPole-v1", 1, np.array([1.0, np.nan, 3.0, np.inf, -np.inf, 5.0]), 1000, 1000, 10)
+    write_script_run(log_dir, "CartPole-v1", 2, np.array([2.0, 4.0, 6.0]), 1000, 1000, 20)
+    every = write_script_run(log_dir, "CartPole-v1", 3, np.array([np.nan, np.inf]), 1000, 1000, 30)
+    result = run_plot(log_dir, str(tmp_path / "plots"), "--smoothing-window", "1")
+    assert result.returncode == 0 and result.stderr == "", result.stderr  # no RuntimeWarning
+    assert f"{one}: left out its 3 NaN or inf 'charts/episodic_return' values (step 280 and 2 more)" in result.stdout
+    assert f"left out {every}: every 'charts/episodic_return' value it logged is NaN or inf (step 100 and 1 more)" in (
+        result.stdout
+    )
+    summary = (tmp_path / "plots" / "summary.md").read_text()
+    row = next(line for line in summary.splitlines() if line.startswith("| ppo"))
+    assert row == "| ppo | CartPole-v1 | 2 | 1,000 | 5.50 +- 0.50 | 5.50 | 1,000 |"  # seeds 1 (last finite 5) and 2
+
+
 # ---- the sweep scripts: each writes into, and plots, a folder of its own ----
 
 SWEEP_SCRIPTS = ["ppo.sh", "ppo_atari_envpool.sh", "ppo_continuous_action.sh", "ppo_continuous_action_envpool.sh"]
