@@ -7,6 +7,7 @@ write, read and check the file. Torch scripts write `torch.save` files that load
 """
 
 import dataclasses
+import errno
 import numbers
 import os
 import random
@@ -90,9 +91,11 @@ def write_atomically(path: str, write: Callable, holds_replay_buffer: bool = Fal
             then = f"continue with --resume {shlex.quote(COMPLETED_SAVES[-1])} (with --save-model it writes the model)"
         else:
             then = "run again"
+        # trial 24, K11: a checkpoint.pt replaced by a folder got the full disk's advice
+        fix = f"Free space there{buffer}" if cause.errno in (errno.ENOSPC, errno.EDQUOT) else "Fix that path"
         sys.exit(
             f"error: could not write {path} ({cause.strerror or cause}, after {readable_size(written)}); {before}. "
-            f"Free space there{buffer} and {then}"
+            f"{fix} and {then}"
         )
     finally:
         SAVES_IN_PROGRESS.discard(tmp_path)

@@ -205,7 +205,9 @@ def remove_fresh_run_folder() -> str:
             return f"; its checkpoint {COMPLETED_SAVES[-1]} is whole"
         if LOOP_PROGRESS:
             iterations = f"{LOOP_PROGRESS[0]} iteration{'s' * (LOOP_PROGRESS[0] != 1)}"
-            return f"; its run folder {folder} keeps what {iterations} logged (curves, videos; no checkpoint was saved)"
+            return (
+                f"; its run folder {folder} keeps what {iterations} logged (its curves, any videos; no checkpoint was saved)"
+            )
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
@@ -617,7 +619,9 @@ class StopAfterIteration:
         PENDING_STOP.append(signum)
         self.requested = True
         self.first_at = time.monotonic()
-        if not self.quiet:
+        if not self.quiet and trained_all_iterations():  # trial 24, K10: in the end-of-run work, no iteration is left
+            _say(f"{SIGNAL_NAMES[signum]}: the run trained all its iterations and is finishing (a second one aborts)")
+        elif not self.quiet:
             _say(f"{SIGNAL_NAMES[signum]}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)")
 
 

@@ -153,6 +153,12 @@ def test_a_failing_write_keeps_the_previous_file(tmp_path, monkeypatch):
         f"--resume {path} (with --save-model it writes the model)",
     )
     assert not os.path.exists(model) and not os.path.exists(model + ".tmp")
+    # trial 24, K11: not a full disk (a folder where the file goes): no advice to free space
+    (tmp_path / "blocked").mkdir()
+    blocked = str(tmp_path / "blocked" / "checkpoint.pt")
+    os.mkdir(blocked)
+    line = one_line_exit(lambda: write_atomically(blocked, lambda f: f.write(b"new")), "(Is a directory", "Fix that path")
+    assert "Free space" not in line
 
     def interrupted_halfway(f):
         f.write(b"ne")

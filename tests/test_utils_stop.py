@@ -220,7 +220,7 @@ def test_a_full_disk_removes_a_fresh_run_folder_only_before_its_first_iteration(
     if iterations:
         assert stderr_lines(result.stderr) == [
             f"error: the disk is full (No space left on device); its run folder {folder} keeps what 3 iterations "
-            "logged (curves, videos; no checkpoint was saved): free space there, or write elsewhere, and run again"
+            "logged (its curves, any videos; no checkpoint was saved): free space there, or write elsewhere, and run again"
         ]
         assert open(os.path.join(folder, "videos", "iteration-2", "eval-episode-0.mp4"), "rb").read() == b"a video"
     else:
@@ -258,6 +258,29 @@ TRAINING = """
         time.sleep(0.01)
     print(f"saved and stopped after iteration {iteration}", flush=True)
 """
+
+
+def test_a_signal_after_the_last_iteration_says_the_run_is_finishing():
+    """Trial 24, K10: a Ctrl-C while the run, past its last iteration, waited for its last video said "stopping
+    after this iteration", with no iteration left."""
+    process = start(
+        """
+        import time
+        from cleanrl_utils.run import checkpoint_due
+        from cleanrl_utils.stop import StopAfterIteration
+        stop = StopAfterIteration()
+        checkpoint_due(4, 4, 0, stopping=False)  # the last iteration is done: the end-of-run work follows
+        print("ready", flush=True)
+        while not stop.requested:
+            time.sleep(0.01)
+        print("finished", flush=True)
+        """
+    )
+    wait_for(process, "ready")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = finish(process)
+    assert process.returncode == 0 and "finished" in stdout, stderr
+    assert stderr_lines(stderr) == ["Ctrl-C: the run trained all its iterations and is finishing (a second one aborts)"]
 
 
 @pytest.mark.parametrize("signum,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
