@@ -390,10 +390,9 @@ def main() -> None:
     check_writable_dir(args.output_dir, "--output-dir", keep=False)
     notes: list[str] = []
     runs = load_runs(args.log_dir, args.tag, notes)
-    if not runs:
-        sys.exit(
-            f"error: no run under {args.log_dir!r} logged {args.tag!r} (runs are folders <env>__<script>__<seed>__<time>)"
-        )
+    if not runs:  # what was left out, and why, is the line (trial 25, B3: a run of NaN returns alone was not named)
+        why = "; ".join(notes) if notes else "runs are folders <env>__<script>__<seed>__<time>"
+        sys.exit(f"error: no run under {args.log_dir!r} logged {args.tag!r} to plot ({why})")
     apart_by_script(runs, notes)
     runs, selection_notes = select_runs(runs, args.include_unfinished)
     notes += selection_notes

@@ -565,6 +565,16 @@ def test_nan_or_inf_returns_are_left_out_by_name_not_averaged_in(tmp_path):
     summary = (tmp_path / "plots" / "summary.md").read_text()
     row = next(line for line in summary.splitlines() if line.startswith("| ppo"))
     assert row == "| ppo | CartPole-v1 | 2 | 1,000 | 5.50 +- 0.50 | 5.50 | 1,000 |"  # seeds 1 (last finite 5) and 2
+    # trial 25, B3: that run alone: the one line names it and its values, not "no run logged" the tag
+    only = tmp_path / "only"
+    only.mkdir()
+    (log_dir / every).rename(only / every)
+    result = run_plot(only, str(tmp_path / "plots_only"), "--include-unfinished")
+    assert result.returncode == 1 and result.stderr == (
+        f"error: no run under {str(only)!r} logged 'charts/episodic_return' to plot (left out {every}: every "
+        "'charts/episodic_return' value it logged is NaN or inf (step 100 and 1 more))\n"
+    ), result.stderr
+    assert not (tmp_path / "plots_only").exists()
 
 
 # ---- the sweep scripts: each writes into, and plots, a folder of its own ----
