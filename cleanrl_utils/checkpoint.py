@@ -224,7 +224,7 @@ def first_non_finite(tree, where: str = "") -> str | None:
         return next((bad for i, v in enumerate(tree) if (bad := first_non_finite(v, f"{where}{i}.")) is not None), None)
     if isinstance(tree, float) and not math.isfinite(tree):
         return where.rstrip(".")
-    if type(tree).__module__ == "torch" and tree.is_floating_point() and not bool(tree.isfinite().all()):
+    if type(tree).__module__.startswith("torch") and tree.is_floating_point() and not bool(tree.isfinite().all()):
         return where.rstrip(".")
     if isinstance(tree, np.ndarray | np.generic) and np.issubdtype(tree.dtype, np.inexact):
         if not np.isfinite(tree).all():
