@@ -1,9 +1,34 @@
 """Fixtures that several test files share; helpers.py holds the plain functions."""
 
+import os
 from types import SimpleNamespace
 
 import pytest
 from helpers import only_run_dir, run_script, run_script_cases
+
+
+@pytest.fixture(autouse=True)
+def process_state_is_each_tests_own():
+    """The run plumbing keeps what a process did in module globals of cleanrl_utils.stop: run folders it locked, saves
+    it completed, children it started. A test that writes a run in-process (make_writer) and then moves its folder left
+    that folder's lock behind, and every later test on that worker saw "the run folder ... was moved" (CI at 7e58ff4).
+    Each global is put back as it was before the test, in place, and the descriptors of locks taken meanwhile closed."""
+    from cleanrl_utils import stop
+
+    kept = {
+        name: (value, value.copy())
+        for name, value in vars(stop).items()
+        if name.isupper() and isinstance(value, list | set | dict)
+    }
+    yield
+    for descriptor in set(stop.RUN_FOLDER_LOCKS.values()) - set(kept["RUN_FOLDER_LOCKS"][1].values()):
+        try:
+            os.close(descriptor)
+        except OSError:
+            pass
+    for value, before in kept.values():
+        value.clear()
+        value.update(before) if isinstance(value, set | dict) else value.extend(before)
 
 
 @pytest.fixture(scope="module")
