@@ -27,6 +27,7 @@ from cleanrl_utils.stop import (
     SAVES_IN_PROGRESS,
     is_checkpoint_file,
     os_error_in,
+    remove_fresh_run_folder,
     run_folder_gone,
 )
 
@@ -91,6 +92,10 @@ def write_atomically(path: str, write: Callable, holds_replay_buffer: bool = Fal
             then = f"continue with --resume {shlex.quote(COMPLETED_SAVES[-1])} (with --save-model it writes the model)"
         else:
             then = "run again"
+        # A first save that fails says what the run folder keeps (trial 24, K7: a video's snapshot model on a full disk
+        # said only "run again", though 25 iterations of curves were kept), or removes it where nothing was logged
+        if then == "run again":
+            before += remove_fresh_run_folder()
         # trial 24, K11: a checkpoint.pt replaced by a folder got the full disk's advice
         fix = f"Free space there{buffer}" if cause.errno in (errno.ENOSPC, errno.EDQUOT) else "Fix that path"
         sys.exit(

@@ -332,7 +332,9 @@ def machine_refusal_in_one_line(kind, error, traceback) -> None:
         return
     full = full_disk(error)
     if full is not None:
-        where = f": {full.filename}" if full.filename else ""
+        where = (
+            f": {os.path.abspath(full.filename) if isinstance(full.filename, str) else full.filename}" if full.filename else ""
+        )
         sys.stderr.write(
             f"error: the disk is full ({full.strerror}{where}){remove_fresh_run_folder()}{remove_empty_output_dirs()}"
             f"{''.join('; ' + left for left in LEFT_BEHIND)}: free space there, or write elsewhere, and run again\n"
@@ -452,7 +454,8 @@ def make_output_dir(path: str, holds: str) -> None:
     if not OUTPUT_DIRS_MADE:
         atexit.register(remove_empty_output_dirs)
     os.makedirs(path, exist_ok=True)
-    OUTPUT_DIRS_MADE.append((made, f"{path} holds {holds}"))
+    # named in full: the filming evaluator writes into "." (its video folder), and its line said ". holds" (trial 24, K8)
+    OUTPUT_DIRS_MADE.append((made, f"{os.path.abspath(path)} holds {holds}"))
     LEFT_BEHIND.append(OUTPUT_DIRS_MADE[-1][1])
 
 

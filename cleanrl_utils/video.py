@@ -217,7 +217,15 @@ class VideoJobs:
             sys.exit(gone)
         video_dir = os.path.join(self.run_dir, "videos", f"iteration-{iteration}")
         os.makedirs(video_dir, exist_ok=True)
-        model_path = self.write_model(os.path.join(video_dir, "model.cleanrl_model"))
+        try:
+            model_path = self.write_model(os.path.join(video_dir, "model.cleanrl_model"))
+        except BaseException:  # its one line is said; the folder made for it goes (trial 24, K7: left empty)
+            for folder in (video_dir, os.path.dirname(video_dir)):
+                try:  # rmdir refuses a folder holding anything: earlier videos stay
+                    os.rmdir(folder)
+                except OSError:
+                    break
+            raise
         # Paths inside the evaluator's working folder, the video folder itself: a run folder moved while the evaluator
         # starts (seconds of imports) still has its video filmed, there (trial 22, Z1: "--model-path ... does not exist")
         command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", os.path.basename(model_path)]

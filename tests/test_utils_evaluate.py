@@ -466,9 +466,11 @@ def test_help_gives_each_flag_one_default():
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a file every write to fails with ENOSPC")
-def test_a_full_disk_while_filming_is_one_line(tmp_path):
+@pytest.mark.parametrize("given", ["path", "."])
+def test_a_full_disk_while_filming_is_one_line(tmp_path, given):
     """Trial 19, W3: on a full disk, ffmpeg died and evaluate's next write to its pipe ended evaluate through SIGPIPE
-    (exit 141) with no word at all. The video file is linked to /dev/full, where every write fails as on a full disk."""
+    (exit 141) with no word at all. The video file is linked to /dev/full, where every write fails as on a full disk.
+    A training run's evaluator films into "." (its video folder): the line named the folder "." (trial 24, K8)."""
     import cleanrl.ppo as ppo
 
     torch.manual_seed(0)
@@ -479,8 +481,9 @@ def test_a_full_disk_while_filming_is_one_line(tmp_path):
     video_dir.mkdir()
     os.symlink("/dev/full", video_dir / "eval-episode-0.partial.mp4")
     command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
-    command += ["--capture-video", "--video-dir", str(video_dir), "--torch-threads", "1"]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
+    command += ["--capture-video", "--video-dir", str(video_dir) if given == "path" else ".", "--torch-threads", "1"]
+    cwd = REPO if given == "path" else video_dir
+    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=300)
     lines = [line for line in result.stderr.splitlines() if line.strip() and "warn" not in line.lower()]
     assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith(

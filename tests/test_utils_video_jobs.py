@@ -292,3 +292,41 @@ def test_a_run_folder_moved_while_the_last_video_is_awaited_names_the_new_place_
         LOOP_PROGRESS.clear()
         STILL_FILMING.clear()
         os.close(RUN_FOLDER_LOCKS.pop(str(run_dir)))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a file every write to fails with ENOSPC")
+def test_a_full_disk_under_a_snapshot_model_says_what_the_run_keeps_and_leaves_no_empty_folder(stub):
+    """Trial 24, K7: a full disk while a video's snapshot model was written mid-training said only "Free space there
+    and run again", though the run folder kept 25 iterations of curves, and left an empty videos/iteration-26/
+    behind. The snapshot is written as a script writes it (save_torch), its `.tmp` linked to /dev/full."""
+    import torch
+
+    from cleanrl_utils.checkpoint import save_torch
+    from cleanrl_utils.stop import FRESH_RUN_FOLDER, LOOP_PROGRESS
+
+    def snapshot_on_a_full_disk(path: str) -> str:
+        os.symlink("/dev/full", path + ".tmp")  # every write to the file being written fails as on a full disk
+        save_torch(path, {"model_state_dict": {"weight": torch.zeros(4096)}})
+        return path
+
+    run_dir = stub / "runs" / "CartPole-v1__ppo__1__1"
+    (run_dir / "videos" / "iteration-2").mkdir(parents=True)
+    (run_dir / "videos" / "iteration-2" / "eval-episode-0.mp4").write_bytes(b"an earlier video")
+    FRESH_RUN_FOLDER[:] = [str(run_dir)]  # a fresh run, no checkpoint saved yet, 25 iterations logged
+    LOOP_PROGRESS[:] = [25]
+    with pytest.raises(SystemExit) as stopped:
+        VideoJobs(str(run_dir), snapshot_on_a_full_disk).film(26)
+    model = run_dir / "videos" / "iteration-26" / "model.cleanrl_model"
+    assert stopped.value.code == (
+        f"error: could not write {model} (No space left on device, after 0 bytes); no earlier file of that name was "
+        f"there; its run folder {run_dir} keeps what 25 iterations logged (its curves, any videos; no checkpoint was "
+        "saved). Free space there and run again"
+    )
+    assert os.listdir(run_dir / "videos") == ["iteration-2"]  # no empty iteration-26 left; the earlier video stays
+    # the first video's snapshot: the videos/ folder made for it goes too
+    (run_dir / "videos" / "iteration-2" / "eval-episode-0.mp4").unlink()
+    (run_dir / "videos" / "iteration-2").rmdir()
+    (run_dir / "videos").rmdir()
+    with pytest.raises(SystemExit):
+        VideoJobs(str(run_dir), snapshot_on_a_full_disk).film(2)
+    assert os.listdir(run_dir) == []
