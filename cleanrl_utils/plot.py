@@ -181,8 +181,9 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
                 start_time=first_wall,
                 end_time=max(accumulator.Scalars(t)[-1].wall_time for t in tags),
                 # the step the run recorded at its end (END_STEP_TAG, run.record_end_step) is one of these scalars;
-                # older runs, without it, are judged by their last scalar
-                last_step=max(accumulator.Scalars(t)[-1].step for t in tags),
+                # older runs, without it, are judged by their last scalar; of the plotted tag, its last finite one
+                # (trial 25, K13: the steps column counted the step of a dropped inf value past the run's end)
+                last_step=max([accumulator.Scalars(t)[-1].step for t in tags if t != tag] + [events[-1].step]),
                 expected_steps=expected_steps,
                 script=hyperparameters.get("script", ""),
             )

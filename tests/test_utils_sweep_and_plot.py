@@ -577,6 +577,24 @@ def test_nan_or_inf_returns_are_left_out_by_name_not_averaged_in(tmp_path):
     assert not (tmp_path / "plots_only").exists()
 
 
+def test_the_steps_column_counts_no_dropped_non_finite_return(tmp_path):
+    """Trial 25, K13: a run with inf returns appended past its end (an edited events file) showed the step of the
+    last dropped value in the summary's steps column (1,929 for a run of 1,536 steps)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    log_dir = tmp_path / "runs"
+    name = write_script_run(log_dir, "CartPole-v1", 1, np.array([1.0, 2.0, 3.0]), 1000, 1000, 10)
+    writer = SummaryWriter(str(log_dir / name))
+    for step in (1500, 1929):
+        writer.add_scalar("charts/episodic_return", float("inf"), step, walltime=100 + step)
+    writer.close()
+    result = run_plot(log_dir, str(tmp_path / "plots"), "--smoothing-window", "1")
+    assert result.returncode == 0, result.stderr
+    assert f"{name}: left out its 2 NaN or inf 'charts/episodic_return' values (step 1,500 and 1 more)" in result.stdout
+    row = next(line for line in (tmp_path / "plots" / "summary.md").read_text().splitlines() if line.startswith("| ppo"))
+    assert row.startswith("| ppo | CartPole-v1 | 1 | 1,000 | 3.00 +- 0.00 |"), row
+
+
 # ---- the sweep scripts: each writes into, and plots, a folder of its own ----
 
 SWEEP_SCRIPTS = ["ppo.sh", "ppo_atari_envpool.sh", "ppo_continuous_action.sh", "ppo_continuous_action_envpool.sh"]
