@@ -28,10 +28,12 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
     )
 
 
-def run_script_cases(script: str, cases: list[list[str]], timeout: float = 600) -> list[subprocess.CompletedProcess]:
-    """The outcome of `python cleanrl/<script>.py *case` for each case (exit code, stdout, stderr), all run in one
+def run_script_cases(
+    script: str, cases: list[list[str]], timeout: float = 600, folder: str = "cleanrl"
+) -> list[subprocess.CompletedProcess]:
+    """The outcome of `python <folder>/<script>.py *case` for each case (exit code, stdout, stderr), all run in one
     interpreter by tests/script_cases.py: a bad-input test file pays the imports once, not once per case."""
-    script_path = os.path.join(REPO, "cleanrl", f"{script}.py")
+    script_path = os.path.join(REPO, folder, f"{script}.py")
     command = [sys.executable, os.path.join(REPO, "tests", "script_cases.py"), script_path, json.dumps(cases)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]

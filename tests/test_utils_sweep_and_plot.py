@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers import REPO
+from helpers import REPO, run_script_cases
 from torch.utils.tensorboard import SummaryWriter
 
 from cleanrl_utils.benchmark import Progress, plan_runs, run_all, threads_per_run
@@ -805,75 +805,88 @@ def test_gpu_check_where_every_run_fails_exits_1_with_one_line(tmp_path):
 LAYOUT_SCRIPTS = sorted(name for name in os.listdir(os.path.join(REPO, "benchmark")) if name.endswith("_cleanrl_layout.py"))
 
 
+TOO_SHORT = ["--total-timesteps", "100"]
+
+
 @pytest.mark.parametrize("script", LAYOUT_SCRIPTS)
-def test_a_layout_script_refuses_a_run_too_short_to_print_anything(tmp_path, script):
+def test_a_layout_script_refuses_a_run_too_short_to_print_anything(layout_refusals, script):
     """Trial, Q3: `--total-timesteps 100` ran 0 iterations, printed nothing and exited 0, so the throughput script
     failed on a missing SPS figure with an empty "end of its log"."""
-    result = subprocess.run(
-        [sys.executable, os.path.join("benchmark", script), "--total-timesteps", "100", "--log-dir", str(tmp_path / "runs")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    outcome = layout_refusals[(script, tuple(TOO_SHORT))]
+    result = outcome.result
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and not result.stdout, result.stderr
     replay = script.startswith(("sac", "c51", "rainbow"))
     rollout = 2048 if script.startswith("rpo") else 1024  # CleanRL's 1 env x 2,048 steps; 8 x 128 on Atari
     expected = "leaves no learning-phase step" if replay else f"is smaller than one rollout ({rollout} steps)"
     assert result.stderr.startswith(f"error: --total-timesteps 100 {expected}"), result.stderr
-    assert not (tmp_path / "runs").exists()
+    assert not outcome.log_dir.exists()
 
 
-@pytest.mark.parametrize(
-    "script, flags, expected",
-    [  # trial 14: each was a traceback, or ran (a reversed support trained and exited 0)
-        ("c51_atari_envpool_cleanrl_layout.py", ["--buffer-size", "0"], "error: --buffer-size must be a positive integer"),
-        ("c51_atari_envpool_cleanrl_layout.py", ["--v-min", "10", "--v-max", "-10"], "error: --v-min 10.0 and --v-max -10.0"),
-        # trial 17, U5: --n-atoms 1 (IndexError; Rainbow ZeroDivisionError) and 10^8 were tracebacks; 1e-6 wide trained
-        ("c51_atari_envpool_cleanrl_layout.py", ["--n-atoms", "1"], "error: --n-atoms must be in [2, 10000], got 1"),
-        ("rainbow_atari_envpool_cleanrl_layout.py", ["--n-atoms", "1"], "error: --n-atoms must be in [2, 10000], got 1"),
-        ("c51_atari_envpool_cleanrl_layout.py", ["--n-atoms", "100000000"], "error: --n-atoms must be in [2, 10000]"),
-        ("rainbow_atari_envpool_cleanrl_layout.py", ["--v-min", "0", "--v-max", "1e-6"], "error: --v-min 0.0, --v-max 1e-06"),
-        # trial 18 cosmetic: the default --v-max was printed as the int "10"
-        ("rainbow_atari_envpool_cleanrl_layout.py", ["--v-min", "-1e39"], "error: --v-min -1e+39 and --v-max 10.0 must"),
-        ("c51_atari_envpool_cleanrl_layout.py", ["--env-id", "NoSuch-v5"], "error: --env-id 'NoSuch-v5' is not an EnvPool"),
-        ("rainbow_atari_envpool_cleanrl_layout.py", ["--n-step", "0"], "error: --n-step must be a positive integer"),
-        ("rainbow_atari_envpool_cleanrl_layout.py", ["--learning-rate", "nan"], "error: --learning-rate must be a finite"),
-        ("sac_atari_envpool_cleanrl_layout.py", ["--batch-size", "0"], "error: --batch-size must be a positive integer"),
-        ("rpo_continuous_action_cleanrl_layout.py", ["--rpo-alpha", "-1"], "error: --rpo-alpha must be >= 0"),
-        ("rpo_continuous_action_cleanrl_layout.py", ["--env-id", "Pong-v5"], "error: --env-id 'Pong-v5' is an EnvPool Atari"),
-        # trial 15 set-up: CleanRL's 1M default was numpy's _ArrayMemoryError traceback, a run folder left behind
-        ("c51_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole frame"),
-        ("rainbow_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole"),
-        ("sac_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole frame"),
-        # trial 15, S4: the four baselines without check_baseline_args ran these and exited 0, or gave tracebacks
-        ("ppo_atari_envpool_cleanrl_layout.py", ["--learning-rate", "nan"], "error: --learning-rate must be a finite"),
-        ("ppo_atari_envpool_cleanrl_layout.py", ["--ent-coef", "inf"], "error: --ent-coef must be a finite"),
-        ("ppo_atari_envpool_cleanrl_layout.py", ["--env-id", "Hopper-v4"], "error: --env-id 'Hopper-v4' is an EnvPool MuJoCo"),
-        ("ppo_atari_lstm_envpool_cleanrl_layout.py", ["--gamma", "2"], "error: --gamma must be in [0, 1], got 2.0"),
-        ("ppo_atari_lstm_envpool_cleanrl_layout.py", ["--clip-coef", "-1"], "error: --clip-coef must be positive"),
-        ("pqn_atari_envpool_cleanrl_layout.py", ["--q-lambda", "-1"], "error: --q-lambda must be in [0, 1], got -1.0"),
-        ("pqn_atari_envpool_cleanrl_layout.py", ["--start-e", "5"], "error: --start-e must be in [0, 1], got 5.0"),
-        ("sac_continuous_action_cleanrl_layout.py", ["--tau", "2"], "error: --tau must be in (0, 1], got 2.0"),
-        ("sac_continuous_action_cleanrl_layout.py", ["--buffer-size", "100"], "error: --batch-size 256 is larger than"),
-        ("sac_continuous_action_cleanrl_layout.py", ["--env-id", "Breakout-v5"], "error: --env-id 'Breakout-v5' is an"),
-        ("c51_atari_envpool_cleanrl_layout.py", ["--end-e", "1.5"], "error: --end-e must be in [0, 1], got 1.5"),
-        (
-            "ppo_atari_envpool_cleanrl_layout.py",
-            ["--total-timesteps", str(10**20)],
-            "error: --total-timesteps must be at most",
-        ),
-    ],
-)
-def test_a_layout_script_refuses_bad_input_in_one_line(tmp_path, script, flags, expected):
-    result = subprocess.run(
-        [sys.executable, os.path.join("benchmark", script), *flags, "--log-dir", str(tmp_path / "runs")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+LAYOUT_BAD_INPUT = [  # trial 14: each was a traceback, or ran (a reversed support trained and exited 0)
+    ("c51_atari_envpool_cleanrl_layout.py", ["--buffer-size", "0"], "error: --buffer-size must be a positive integer"),
+    ("c51_atari_envpool_cleanrl_layout.py", ["--v-min", "10", "--v-max", "-10"], "error: --v-min 10.0 and --v-max -10.0"),
+    # trial 17, U5: --n-atoms 1 (IndexError; Rainbow ZeroDivisionError) and 10^8 were tracebacks; 1e-6 wide trained
+    ("c51_atari_envpool_cleanrl_layout.py", ["--n-atoms", "1"], "error: --n-atoms must be in [2, 10000], got 1"),
+    ("rainbow_atari_envpool_cleanrl_layout.py", ["--n-atoms", "1"], "error: --n-atoms must be in [2, 10000], got 1"),
+    ("c51_atari_envpool_cleanrl_layout.py", ["--n-atoms", "100000000"], "error: --n-atoms must be in [2, 10000]"),
+    ("rainbow_atari_envpool_cleanrl_layout.py", ["--v-min", "0", "--v-max", "1e-6"], "error: --v-min 0.0, --v-max 1e-06"),
+    # trial 18 cosmetic: the default --v-max was printed as the int "10"
+    ("rainbow_atari_envpool_cleanrl_layout.py", ["--v-min", "-1e39"], "error: --v-min -1e+39 and --v-max 10.0 must"),
+    ("c51_atari_envpool_cleanrl_layout.py", ["--env-id", "NoSuch-v5"], "error: --env-id 'NoSuch-v5' is not an EnvPool"),
+    ("rainbow_atari_envpool_cleanrl_layout.py", ["--n-step", "0"], "error: --n-step must be a positive integer"),
+    ("rainbow_atari_envpool_cleanrl_layout.py", ["--learning-rate", "nan"], "error: --learning-rate must be a finite"),
+    ("sac_atari_envpool_cleanrl_layout.py", ["--batch-size", "0"], "error: --batch-size must be a positive integer"),
+    ("rpo_continuous_action_cleanrl_layout.py", ["--rpo-alpha", "-1"], "error: --rpo-alpha must be >= 0"),
+    ("rpo_continuous_action_cleanrl_layout.py", ["--env-id", "Pong-v5"], "error: --env-id 'Pong-v5' is an EnvPool Atari"),
+    # trial 15 set-up: CleanRL's 1M default was numpy's _ArrayMemoryError traceback, a run folder left behind
+    ("c51_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole frame"),
+    ("rainbow_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole"),
+    ("sac_atari_envpool_cleanrl_layout.py", ["--buffer-size", "100000000"], "error: CleanRL's replay of whole frame"),
+    # trial 15, S4: the four baselines without check_baseline_args ran these and exited 0, or gave tracebacks
+    ("ppo_atari_envpool_cleanrl_layout.py", ["--learning-rate", "nan"], "error: --learning-rate must be a finite"),
+    ("ppo_atari_envpool_cleanrl_layout.py", ["--ent-coef", "inf"], "error: --ent-coef must be a finite"),
+    ("ppo_atari_envpool_cleanrl_layout.py", ["--env-id", "Hopper-v4"], "error: --env-id 'Hopper-v4' is an EnvPool MuJoCo"),
+    ("ppo_atari_lstm_envpool_cleanrl_layout.py", ["--gamma", "2"], "error: --gamma must be in [0, 1], got 2.0"),
+    ("ppo_atari_lstm_envpool_cleanrl_layout.py", ["--clip-coef", "-1"], "error: --clip-coef must be positive"),
+    ("pqn_atari_envpool_cleanrl_layout.py", ["--q-lambda", "-1"], "error: --q-lambda must be in [0, 1], got -1.0"),
+    ("pqn_atari_envpool_cleanrl_layout.py", ["--start-e", "5"], "error: --start-e must be in [0, 1], got 5.0"),
+    ("sac_continuous_action_cleanrl_layout.py", ["--tau", "2"], "error: --tau must be in (0, 1], got 2.0"),
+    ("sac_continuous_action_cleanrl_layout.py", ["--buffer-size", "100"], "error: --batch-size 256 is larger than"),
+    ("sac_continuous_action_cleanrl_layout.py", ["--env-id", "Breakout-v5"], "error: --env-id 'Breakout-v5' is an"),
+    ("c51_atari_envpool_cleanrl_layout.py", ["--end-e", "1.5"], "error: --end-e must be in [0, 1], got 1.5"),
+    (
+        "ppo_atari_envpool_cleanrl_layout.py",
+        ["--total-timesteps", str(10**20)],
+        "error: --total-timesteps must be at most",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def layout_refusals(tmp_path_factory) -> dict:
+    """What a user sees for each refused command line of the layout scripts (TOO_SHORT for each, and
+    LAYOUT_BAD_INPUT), each script's lines run in one interpreter (tests/script_cases.py: imports paid once per
+    script, not once per line), each with a --log-dir of its own, to check nothing was written there.
+    (script, flags as a tuple) -> namespace(result, log_dir)."""
+    cases = [(script, TOO_SHORT) for script in LAYOUT_SCRIPTS] + [(script, flags) for script, flags, _ in LAYOUT_BAD_INPUT]
+    base = tmp_path_factory.mktemp("layout_refusals")
+    outcomes = {}
+    for script in sorted({script for script, _ in cases}):
+        own = [flags for name, flags in cases if name == script]
+        log_dirs = [base / f"{script}-{i}" for i in range(len(own))]
+        lines = [[*flags, "--log-dir", str(log_dir)] for flags, log_dir in zip(own, log_dirs)]
+        results = run_script_cases(script.removesuffix(".py"), lines, folder="benchmark")
+        for flags, result, log_dir in zip(own, results, log_dirs):
+            outcomes[(script, tuple(flags))] = SimpleNamespace(result=result, log_dir=log_dir)
+    return outcomes
+
+
+@pytest.mark.parametrize("script, flags, expected", LAYOUT_BAD_INPUT)
+def test_a_layout_script_refuses_bad_input_in_one_line(layout_refusals, script, flags, expected):
+    outcome = layout_refusals[(script, tuple(flags))]
+    result = outcome.result
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and result.stderr.startswith(expected), result.stderr
-    assert not (tmp_path / "runs").exists()
+    assert not outcome.log_dir.exists()
 
 
 @pytest.mark.parametrize("script", [name for name in LAYOUT_SCRIPTS if name.startswith(("c51", "rainbow", "sac_atari"))])
