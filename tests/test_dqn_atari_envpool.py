@@ -245,8 +245,10 @@ def test_fused_adam_takes_the_same_step():
         torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
 
 
+# The plumbing runs: a minibatch of 8, not 32: the update is most of a run's time, and these tests count updates,
+# steps and files, not what is learnt
 SHORT = ["--env-id", "Breakout-v5", "--total-timesteps", "3000", "--learning-starts", "1000", "--buffer-size", "4000"]
-SHORT += ["--exploration-fraction", "0.5", "--target-network-frequency", "500", "--torch-threads", "1"]
+SHORT += ["--exploration-fraction", "0.5", "--target-network-frequency", "500", "--torch-threads", "1", "--batch-size", "8"]
 
 
 @pytest.fixture(scope="module")
@@ -395,7 +397,7 @@ def test_extending_a_run_keeps_its_epsilon_schedule_and_a_resume_may_end_before_
     back at 0.26 at step 3,000). A resume to 1,500 steps (less than --learning-starts 1,900) is allowed: the run has
     nothing left to do and says so."""
     flags = ["--env-id", "Breakout-v5", "--total-timesteps", "2000", "--learning-starts", "1900", "--buffer-size", "4000"]
-    flags += ["--exploration-fraction", "1", "--torch-threads", "1", "--log-dir", str(tmp_path)]
+    flags += ["--exploration-fraction", "1", "--torch-threads", "1", "--batch-size", "8", "--log-dir", str(tmp_path)]
     result = run_script(SCRIPT, *flags, timeout=300)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)

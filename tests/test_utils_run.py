@@ -529,7 +529,7 @@ def test_track_with_a_key_but_no_answer_gives_up_in_one_line_and_leaves_nothing(
     for folder in ("home", "cwd"):
         (tmp_path / folder).mkdir()
     env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
-    env |= {"HOME": str(tmp_path / "home"), "WANDB_API_KEY": "a" * 40, "WANDB_INIT_TIMEOUT": "5", "OMP_NUM_THREADS": "1"}
+    env |= {"HOME": str(tmp_path / "home"), "WANDB_API_KEY": "a" * 40, "WANDB_INIT_TIMEOUT": "2", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, os.path.join(REPO, "cleanrl", "ppo.py"), "--total-timesteps", "256", "--num-envs", "2"]
     command += ["--num-steps", "64", "--track", "--log-dir", str(tmp_path / "runs")]
     result = subprocess.run(
@@ -537,7 +537,7 @@ def test_track_with_a_key_but_no_answer_gives_up_in_one_line_and_leaves_nothing(
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]  # after wandb's own "wandb: ..." lines
-    assert last.startswith("error: --track could not start Weights and Biases within 5 s ("), last
+    assert last.startswith("error: --track could not start Weights and Biases within 2 s ("), last
     assert not (tmp_path / "runs").exists() and os.listdir(tmp_path / "cwd") == []
 
 
