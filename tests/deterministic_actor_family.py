@@ -22,7 +22,8 @@ def family(request):
 # Pendulum with 100-step episodes, learning from step 300 to 1,000, with a huge exploration noise (std 5 half-ranges):
 # almost every action the actor proposes lies outside the bounds and must be clipped before the env sees it.
 SHORT = ["--env-id", "Pendulum-v1", "--max-episode-steps", "100", "--total-timesteps", "1000", "--learning-starts", "300"]
-SHORT += ["--exploration-noise", "5.0", "--seed", "3", "--torch-threads", "1"]
+# a minibatch of 32, not 256: the update is most of a run's time, and these tests count steps, updates and rows
+SHORT += ["--exploration-noise", "5.0", "--seed", "3", "--torch-threads", "1", "--batch-size", "32"]
 
 
 @pytest.fixture(scope="module")

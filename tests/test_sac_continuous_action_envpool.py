@@ -238,7 +238,9 @@ RESUME = [
     "2",
     "--torch-threads",
     "1",
-    "--buffer-size",
+    "--batch-size",  # not 256: the update is most of a run's time, and these tests count steps, updates and rows
+    "32",
+    "--buffer-size",  # last: test_resume_with_the_buffer_continues replaces it
     "2000",
 ]
 
