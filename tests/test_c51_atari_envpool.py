@@ -78,6 +78,7 @@ def test_learns_to_read_the_newest_frame(tmp_path):
 
 SHORT = ["--env-id", "Breakout-v5", "--num-envs", "2", "--max-episode-steps", "200", "--learning-starts", "300"]
 SHORT += ["--buffer-size", "2000", "--target-network-frequency", "200", "--torch-threads", "1", "--seed", "3"]
+SHORT += ["--batch-size", "8"]  # not 32: the update is most of a run's time; the test counts steps and rows
 
 
 def test_a_resume_restores_the_replay_buffer(tmp_path):

@@ -290,7 +290,7 @@ def test_learns_to_read_the_newest_frame_and_evaluates_its_model(tmp_path):
 
 SHORT = ["--env-id", "Breakout-v5", "--num-envs", "2", "--max-episode-steps", "200", "--learning-starts", "300"]
 SHORT += ["--buffer-size", "2000", "--target-network-frequency", "200", "--torch-threads", "1", "--seed", "3"]
-SHORT += ["--precision", "fp32", "--train-frequency", "8"]
+SHORT += ["--precision", "fp32", "--train-frequency", "8", "--batch-size", "8"]  # the update is most of the time
 
 
 def test_a_resume_restores_the_replay_buffer_and_its_priorities(tmp_path):
