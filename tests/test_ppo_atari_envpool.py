@@ -230,6 +230,8 @@ SHORT_RUN = [
     "100",
     "--torch-threads",  # fixed: auto threads follow the load, and float sums differ in the last bits by thread count
     "2",
+    "--update-epochs",  # the update is most of a run's time; these tests check tags, files and determinism
+    "1",
 ]
 
 

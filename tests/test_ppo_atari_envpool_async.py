@@ -234,6 +234,7 @@ def test_overlap_update_equals_serial_update():
 
 SHORT_RUN = ["--env-id", "Pong-v5", "--total-timesteps", "2048", "--max-episode-steps", "100", "--num-threads", "1"]
 SHORT_RUN += ["--torch-threads", "2"]  # fixed: auto threads follow the load, and float sums differ by thread count
+SHORT_RUN += ["--update-epochs", "1"]  # the update is most of a run's time; these tests check tags, files, determinism
 
 
 @pytest.fixture(scope="module")
