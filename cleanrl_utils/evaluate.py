@@ -462,7 +462,7 @@ def evaluate_as_asked(args: EvalArgs) -> None:
     for i, episodic_return in enumerate(returns):
         print(f"episode {i}: return {episodic_return:.2f}")
     if video_dir:
-        print(f"videos: {video_dir}")
+        print(f"videos: {os.path.abspath(video_dir)}")  # a training run's evaluator films into ".": named in full
     print(
         f"mean return over {len(returns)} episode{'s' * (len(returns) != 1)}: {np.mean(returns):.2f} +- {np.std(returns):.2f}"
     )

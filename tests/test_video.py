@@ -61,6 +61,8 @@ def test_training_films_evaluation_episodes_in_a_separate_process(tmp_path, scri
         assert f"evaluation video written: {video_dir}" in result.stdout
         decoded_video(os.path.join(video_dir, "eval-episode-0.mp4"))
         assert os.path.isfile(os.path.join(video_dir, "model.cleanrl_model"))
+        with open(os.path.join(video_dir, "evaluate.log")) as log:  # filmed into "." there, and named in full
+            assert f"videos: {video_dir}\n" in log.read()
 
 
 @pytest.mark.parametrize(
