@@ -17,6 +17,7 @@ from cleanrl_utils.checkpoint import load_torch, save_torch, set_torch_rng_state
 SCRIPT = "ppo_atari_envpool"
 # 16 iterations of 8 envs x 32 steps: fast, and long enough to interrupt in the middle
 SMALL = ["--env-id", "Pong-v5", "--total-timesteps", "4096", "--num-steps", "32", "--max-episode-steps", "60"]
+SMALL += ["--update-epochs", "1"]  # the update is most of a run's time; these tests count iterations and files
 
 
 def test_checkpoint_round_trip_is_bit_exact(tmp_path):
