@@ -24,6 +24,7 @@ import numpy as np
 from cleanrl_utils.stop import (
     CHECKPOINT_NAMES,
     COMPLETED_SAVES,
+    RESUMED_AT_ITS_END,
     SAVES_IN_PROGRESS,
     is_checkpoint_file,
     os_error_in,
@@ -378,7 +379,7 @@ def say_resumed(path: str, checkpoint: dict, num_iterations: int) -> tuple[int, 
     anything is restored or written: the run folder stays as it was (it used to reload the replay, add an
     empty events file and rewrite the model with the shorter --total-timesteps in its args). A run resumed at
     exactly its end goes on: no iteration runs, and it still does its end-of-run work (--save-model, the
-    final video), which is how a finished run's model is exported after the fact."""
+    final video), which is how a finished run's model is exported after the fact; it logs nothing (make_writer)."""
     run_name, iteration, global_step = (
         os.path.basename(os.path.dirname(os.path.abspath(path))),
         checkpoint["iteration"],
@@ -387,6 +388,7 @@ def say_resumed(path: str, checkpoint: dict, num_iterations: int) -> tuple[int, 
     print(f"resumed {run_name} at iteration {iteration} (global step {global_step:,})", flush=True)
     if iteration == num_iterations:
         print(f"{run_name} already ran its {num_iterations} iterations; a larger --total-timesteps extends it", flush=True)
+        RESUMED_AT_ITS_END.append(os.path.dirname(os.path.abspath(path)))
     elif iteration > num_iterations:
         print(
             f"{run_name} already ran {iteration} iterations, more than the {num_iterations} this --total-timesteps "

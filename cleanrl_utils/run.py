@@ -13,6 +13,7 @@ from cleanrl_utils.stop import (
     FRESH_LOG_DIRS_MADE,
     FRESH_RUN_FOLDER,
     LOOP_PROGRESS,
+    RESUMED_AT_ITS_END,
     RUN_FOLDER_LOCKS,
     folders_missing,
     late_stop_line,
@@ -234,7 +235,10 @@ def check_writable_dir(path: str, flag: str, keep: bool = True) -> None:
 def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = None):
     """A tensorboard SummaryWriter on `run_dir` (mirrored to Weights and Biases with --track), the
     hyperparameters written as a text table. On resume, events the interrupted run logged after its
-    checkpoint are dropped (purge_step), so no step is logged twice."""
+    checkpoint are dropped (purge_step), so no step is logged twice. A run resumed at exactly its end trains
+    nothing and gets a writer that writes nothing: no events file, no Weights and Biases run."""
+    if os.path.abspath(run_dir) in RESUMED_AT_ITS_END:
+        return WriterOfNothing()
     if args.track:
         import wandb
 
@@ -272,6 +276,22 @@ def make_writer(args, run_name: str, run_dir: str, resumed_step: int | None = No
         "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in rows.items()])),
     )
     return writer
+
+
+class WriterOfNothing:
+    """make_writer's writer for a run with no iteration left: the calls a script makes, and nothing written."""
+
+    def add_scalar(self, *args, **kwargs) -> None:
+        pass
+
+    def add_text(self, *args, **kwargs) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 # The scalar every script writes once, at its normal end: cleanrl_utils.plot reads it (see record_end_step).

@@ -49,6 +49,10 @@ STILL_FILMING: list[str] = []
 # it), empty before the first. A run folder moved after the last one is not offered a --resume that would only say the
 # run already ran its iterations (trial 23, A2); a fresh folder that logged an iteration is not removed (A4).
 LOOP_PROGRESS: list[int] = []
+# The run folder of a run resumed at exactly its end (cleanrl_utils.checkpoint.say_resumed): it trains nothing, so
+# cleanrl_utils.run.make_writer gives it a writer that writes nothing (trial 26, K14: a new events file held only a
+# repeat of the hyperparameters and of the end step; a shorter --total-timesteps already wrote nothing).
+RESUMED_AT_ITS_END: list[str] = []
 
 
 def trained_all_iterations() -> bool:

@@ -265,10 +265,14 @@ def test_ppo_resume_logs_exactly_what_the_uninterrupted_run_logged(ppo_interrupt
 
 
 def test_ppo_resuming_a_finished_run_says_so(ppo_resumed):
+    """...and logs nothing: no iteration ran, so no new events file (trial 26, K14: one held only a repeat of the
+    hyperparameters and of the end step)."""
     _, copy_dir = ppo_resumed
+    before = sorted(os.listdir(copy_dir))
     result = run_script("ppo", "--resume", str(copy_dir / "checkpoint.pt"), timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "already ran its" in result.stdout and "a larger --total-timesteps extends it" in result.stdout
+    assert sorted(os.listdir(copy_dir)) == before
 
 
 def test_ppo_a_flag_that_defines_the_run_cannot_change_on_resume(ppo_interrupted):

@@ -428,6 +428,7 @@ def test_resumed_state_equals_the_saved_one(case, interrupted_run, resumed_run, 
     assert model["script"] == case.script
     assert_same_leaves(model["model_state_dict"], complete["train_state"]["params"])
     assert hashlib.sha256(open(path, "rb").read()).hexdigest() == digest  # no iteration, no save
+    assert sorted(os.listdir(os.path.dirname(path))) == sorted([os.path.basename(path), f"{case.script}.cleanrl_model"])
     if case.script == CONTINUOUS:
         norms = complete["normalizers"]
         for name, saved in [("return_rms", norms["reward_scaler"]["return_rms"]), ("value_rms", norms["value_rms"])]:
