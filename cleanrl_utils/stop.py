@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import signal
+import sys
 import time
 
 # SIGHUP: the terminal closed or the ssh connection dropped (trial 19, W7: the run died at once, no checkpoint)
@@ -96,12 +97,15 @@ def _say(message: str) -> None:
 
 def _exit_now(code: int) -> None:
     """os._exit, after killing this process's multiprocessing children (Gymnasium's AsyncVectorEnv workers): left
-    behind, each would find its pipe to the main process broken and print a traceback."""
-    import multiprocessing
-
-    for child in multiprocessing.active_children():
-        child.kill()
-    os._exit(code)
+    behind, each would find its pipe to the main process broken and print a traceback. A Ctrl-C that lands while
+    `multiprocessing` itself is being imported finds it partially initialised, with no `active_children` yet, and no
+    child started from it: nothing to kill then (trial 28: an AttributeError traceback and exit 1 at start-up)."""
+    try:
+        active_children = getattr(sys.modules.get("multiprocessing"), "active_children", None)
+        for child in active_children() if active_children is not None else ():
+            child.kill()
+    finally:  # whatever went wrong there, the process still exits with its code and no traceback
+        os._exit(code)
 
 
 class OutputThatOutlivesItsReader:
@@ -189,7 +193,6 @@ def address_space_limit() -> str:
 def check_address_space(needed: int, what: str) -> None:
     """One line and exit 1 where the address-space limit is below `needed` bytes (`what` needs them)."""
     import resource
-    import sys
 
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY and soft < needed:
@@ -328,7 +331,6 @@ def machine_refusal_in_one_line(kind, error, traceback) -> None:
     in it is removed (trial 15, S1: tracebacks from torch's and EnvPool's imports, from MuJoCo's engine, and empty run
     folders left). So is a full disk (trial 19, W2: results and plot ended in two chained tracebacks), with what the
     tool had written so far (LEFT_BEHIND). Anything else is the default traceback."""
-    import sys
 
     gone = run_folder_gone() if os_error_in(error) is not None else None
     if gone is not None:
@@ -363,7 +365,6 @@ def exit_at_once_on_signals(envpool_mujoco: bool = False) -> None:
     alive when the reader of its stdout goes (trial 12, P5: `ppo.py | head -2` lost the run to a BrokenPipeError),
     refuses an address-space limit its libraries cannot load under, and makes the machine's refusal of memory one
     line (machine_refusal_in_one_line). It runs before the heavy imports, so all of this covers them too."""
-    import sys
 
     if envpool_mujoco:  # the EnvPool MuJoCo scripts: a higher floor, checked before EnvPool and torch load
         check_address_space(MUJOCO_ENVPOOL_ADDRESS_SPACE, "an EnvPool MuJoCo script")
@@ -509,8 +510,6 @@ def exit_tool_on_signals(tool: str) -> None:
     number) with one line that names the tool and what it leaves (`LEFT_BEHIND`), never a KeyboardInterrupt
     traceback. Installed before the tool's heavy imports, so it holds during start-up too, as does one BLAS thread
     under a memory limit."""
-
-    import sys
 
     one_blas_thread_under_a_memory_limit()
     sys.excepthook = machine_refusal_in_one_line  # trial 16: plot under `ulimit -v 300000`, a MemoryError traceback
