@@ -26,6 +26,7 @@ argv = sys.argv[1:]
 video_dir = argv[argv.index("--video-dir") + 1]
 model_path = argv[argv.index("--model-path") + 1]
 record = {"argv": argv, "cwd": os.getcwd(), "pid": os.getpid(), "sid": os.getsid(0), "env": os.environ.get("STUB_ENV"), "start": time.time()}
+record["render_threads"] = os.environ.get("LP_NUM_THREADS")
 with open(os.path.join(video_dir, "started.json"), "w") as f:
     json.dump(record, f)
 print("stub evaluator filming", flush=True)
@@ -94,6 +95,7 @@ def test_one_evaluator_at_a_time_skips_said_and_the_last_one_waited_for(stub, ca
         "--model-path model.cleanrl_model --episodes 1 --capture-video --video-dir . --no-cuda --torch-threads 1"
     )
     assert started["env"] == "passed"
+    assert started["render_threads"] == "1"  # one core for Mesa's software renderer too: training shares the cores
 
     assert STILL_FILMING == [video_dir(run_dir, 2)]  # named by a second Ctrl-C's line: it finishes on its own
     jobs.film(4)  # due while 2 is still filming: skipped, and said
@@ -141,10 +143,11 @@ def test_one_evaluator_at_a_time_skips_said_and_the_last_one_waited_for(stub, ca
     assert "stub evaluator filming" in open(os.path.join(video_dir(run_dir, 8), "evaluate.log")).read()
 
 
-def test_a_failed_evaluator_is_reported_with_its_log(stub, capsys):
+def test_a_failed_evaluator_is_reported_with_its_log(stub, capsys, monkeypatch):
+    monkeypatch.setenv("LP_NUM_THREADS", "3")
     jobs = VideoJobs(str(stub), write_model("fail"))
     jobs.film(1, final=True)
-    wait_started(stub, 1)
+    assert wait_started(stub, 1)["render_threads"] == "3"  # the user's own setting wins
     release(stub, 1)
     jobs.finish()
     log = os.path.join(video_dir(stub, 1), "evaluate.log")
