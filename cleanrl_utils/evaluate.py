@@ -367,7 +367,8 @@ def evaluate(
         )
     returns = play(player, episodes, video_dir)
     if video_dir and player.film_env_id:
-        record_gymnasium_episodes(player.film_env_id, player.act, video_dir, episodes, seed)
+        limit = saved["args"].get("max_episode_steps")  # the run's time limit, as its evaluation envs have it
+        record_gymnasium_episodes(player.film_env_id, player.act, video_dir, episodes, seed, max_episode_steps=limit)
     return returns
 
 

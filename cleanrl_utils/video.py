@@ -149,10 +149,19 @@ def check_gymnasium_films(env_id: str) -> None:
 
 
 def record_gymnasium_episodes(
-    env_id: str, act, video_dir: str, episodes: int, seed: int, fps: int = 30, prefix: str = "eval"
+    env_id: str,
+    act,
+    video_dir: str,
+    episodes: int,
+    seed: int,
+    fps: int = 30,
+    prefix: str = "eval",
+    max_episode_steps: int | None = None,
 ) -> list[str]:
     """Play `episodes` episodes of a Gymnasium env with `act(obs[None]) -> action[None]` and write
-    one MP4 each. MuJoCo renders headless through EGL unless MUJOCO_GL says otherwise."""
+    one MP4 each. MuJoCo renders headless through EGL unless MUJOCO_GL says otherwise. `max_episode_steps`: the
+    run's own time limit (its --max-episode-steps), None for the env's: a filmed episode ends where the run's
+    episodes and its evaluation's end (a 20-step run was filmed for 77 steps)."""
     os.environ.setdefault("MUJOCO_GL", "egl")
     # rgb_array frames need no display: without this, pygame's SDL (classic control) looks for one and prints
     # "error: XDG_RUNTIME_DIR is invalid" on a machine without a desktop session.
@@ -162,7 +171,8 @@ def record_gymnasium_episodes(
     # A v4 MuJoCo id is the trained one (EnvPool's MuJoCo envs are v4): Gymnasium's advice to move to v5 is noise here
     # (set after Gymnasium's import, whose own warning filters would otherwise come first).
     warnings.filterwarnings("ignore", message=".*is out of date. You should consider upgrading")
-    env = gym.make(env_id, render_mode="rgb_array")
+    limit = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
+    env = gym.make(env_id, render_mode="rgb_array", **limit)
     paths = []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)

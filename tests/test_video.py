@@ -29,22 +29,16 @@ def test_atari_training_films_evaluation_games_in_a_separate_process(tmp_path):
         assert os.path.isfile(os.path.join(video_dir, "model.cleanrl_model"))
 
 
-# Three iterations each: a video at iteration 2 (--video-every 2) and one at the last.
+# Three iterations each: a video at iteration 2 (--video-every 2) and one at the last. The MuJoCo runs train with a
+# 20-step time limit, and their videos, filmed in Gymnasium, end there too (they ran to Gymnasium's 1,000 before).
+FILM_LIMIT = 20
+HOPPER = ["--env-id", "Hopper-v4", "--max-episode-steps", str(FILM_LIMIT)]
 TRAINING_VIDEO_RUNS = {
     "ppo": ["--env-id", "CartPole-v1", "--total-timesteps", "1536"],
-    "ppo_continuous_action": ["--env-id", "Hopper-v4", "--total-timesteps", "768", "--num-envs", "4", "--num-steps", "64"],
+    "ppo_continuous_action": [*HOPPER, "--total-timesteps", "768", "--num-envs", "4", "--num-steps", "64"],
     # one iteration = one env step; training from step 2 on
-    "sac_continuous_action_envpool": ["--env-id", "Hopper-v4", "--total-timesteps", "3", "--learning-starts", "1"],
-    "ppo_continuous_action_envpool": [
-        "--env-id",
-        "Hopper-v4",
-        "--total-timesteps",
-        "1536",
-        "--num-envs",
-        "8",
-        "--num-steps",
-        "64",
-    ],
+    "sac_continuous_action_envpool": [*HOPPER, "--total-timesteps", "3", "--learning-starts", "1"],
+    "ppo_continuous_action_envpool": [*HOPPER, "--total-timesteps", "1536", "--num-envs", "8", "--num-steps", "64"],
 }
 
 
@@ -59,7 +53,9 @@ def test_training_films_evaluation_episodes_in_a_separate_process(tmp_path, scri
     for iteration in (2, 3):
         video_dir = os.path.join(run_dir, "videos", f"iteration-{iteration}")
         assert f"evaluation video written: {video_dir}" in result.stdout
-        decoded_video(os.path.join(video_dir, "eval-episode-0.mp4"))
+        frames = decoded_video(os.path.join(video_dir, "eval-episode-0.mp4"))
+        if "--max-episode-steps" in TRAINING_VIDEO_RUNS[script]:  # the first frame, then one per step
+            assert len(frames) <= 1 + FILM_LIMIT
         assert os.path.isfile(os.path.join(video_dir, "model.cleanrl_model"))
         with open(os.path.join(video_dir, "evaluate.log")) as log:  # filmed into "." there, and named in full
             assert f"videos: {video_dir}\n" in log.read()
