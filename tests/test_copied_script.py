@@ -20,13 +20,17 @@ def narrowed(source: str, layer: str, width: str, new_width: str) -> str:
     return re.sub(rf"{re.escape(layer)}[^()]*", lambda call: re.sub(rf"\b{width}\b", new_width, call.group()), source)
 
 
+# Hopper, 2 x 64 steps, and a 30-step limit: the videos (MuJoCo rendered in software, 0.1 s a frame) end there too
+BRIEF_HOPPER = ["--env-id", "Hopper-v4", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256"]
+BRIEF_HOPPER += ["--max-episode-steps", "30"]
+
 # script -> (its narrower copy: a function of the source, the training flags of a brief run, a weight that must have
 # the new width in the saved model, that width)
 COPIES = {
     "on-policy": (
         "ppo_continuous_action_envpool",
         lambda source: narrowed(source, "nn.Linear(", "64", "32"),
-        ["--env-id", "Hopper-v4", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256"],
+        BRIEF_HOPPER,
         ("actor_mean.0.weight", 32),
     ),
     "off-policy": (
@@ -38,7 +42,7 @@ COPIES = {
     "jax": (
         "ppo_continuous_action_envpool_xla_jax",
         lambda source: narrowed(source, "nn.Dense(", "64", "32"),
-        ["--env-id", "Hopper-v4", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256"],
+        BRIEF_HOPPER,
         None,  # flax parameters: checked through the original script refusing the file
     ),
 }
