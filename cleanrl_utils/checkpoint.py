@@ -30,6 +30,7 @@ from cleanrl_utils.stop import (
     os_error_in,
     remove_fresh_run_folder,
     run_folder_gone,
+    trained_all_iterations,
 )
 
 # Every checkpoint holds these, with these types (the script's own keys are checked by the script).
@@ -89,6 +90,14 @@ def write_atomically(path: str, write: Callable, holds_replay_buffer: bool = Fal
         buffer = " (the replay buffer is most of it: --no-checkpoint-buffer leaves it out)" if holds_replay_buffer else ""
         if is_checkpoint_file(path):
             then = "resume" if kept else "run again"
+        elif COMPLETED_SAVES and trained_all_iterations() and is_video_snapshot(path):
+            # the last video of a finished run: a --resume would only say the run already ran its iterations (trial 28)
+            checkpoint = shlex.quote(COMPLETED_SAVES[-1])
+            then = (
+                "film it from the run's last checkpoint, which holds every iteration: python -m cleanrl_utils.evaluate "
+                f"--model-path {checkpoint} --episodes 1 --capture-video --video-dir {shlex.quote(os.path.dirname(path))}"
+                f" (and --resume {checkpoint} --save-model writes the model file, if the run was to save one)"
+            )
         elif COMPLETED_SAVES:  # a model file (--save-model, or a video's snapshot) after a whole checkpoint (trial 23)
             then = f"continue with --resume {shlex.quote(COMPLETED_SAVES[-1])} (with --save-model it writes the model)"
         else:
@@ -105,6 +114,17 @@ def write_atomically(path: str, write: Callable, holds_replay_buffer: bool = Fal
         )
     finally:
         SAVES_IN_PROGRESS.discard(tmp_path)
+
+
+def is_video_snapshot(path: str) -> bool:
+    """The policy snapshot an evaluation video is filmed from (cleanrl_utils.video.VideoJobs):
+    <run>/videos/iteration-<n>/model.cleanrl_model."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return (
+        os.path.basename(path) == "model.cleanrl_model"
+        and re.fullmatch(r"iteration-\d+", os.path.basename(folder)) is not None
+        and os.path.basename(os.path.dirname(folder)) == "videos"
+    )
 
 
 def remove_interrupted_saves(path: str) -> None:
@@ -378,8 +398,9 @@ def say_resumed(path: str, checkpoint: dict, num_iterations: int) -> tuple[int, 
     iteration to run, global step). A --total-timesteps below what the run has done exits 0 here, before
     anything is restored or written: the run folder stays as it was (it used to reload the replay, add an
     empty events file and rewrite the model with the shorter --total-timesteps in its args). A run resumed at
-    exactly its end goes on: no iteration runs, and it still does its end-of-run work (--save-model, the
-    final video), which is how a finished run's model is exported after the fact; it logs nothing (make_writer)."""
+    exactly its end goes on: no iteration runs, and it still does its end-of-run work (--save-model), which is how a
+    finished run's model is exported after the fact; it logs nothing (make_writer) and films nothing (a missing
+    last video is filmed from the checkpoint by cleanrl_utils.evaluate: write_atomically says how)."""
     run_name, iteration, global_step = (
         os.path.basename(os.path.dirname(os.path.abspath(path))),
         checkpoint["iteration"],

@@ -740,3 +740,40 @@ def test_a_full_disk_under_save_model_is_one_line_and_the_printed_resume_writes_
     from cleanrl_utils.evaluate import evaluate
 
     assert len(evaluate(str(run_dir / "ppo.cleanrl_model"), episodes=1, seed=1)) == 1
+
+
+SNAPSHOT_ON_A_FULL_DISK = MODEL_ON_A_FULL_DISK.replace(
+    'file.endswith(".cleanrl_model.tmp")', 'file.endswith(os.path.join("iteration-2", "model.cleanrl_model.tmp"))'
+).replace("import builtins, runpy, sys", "import builtins, os, runpy, sys")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a file every write to fails with ENOSPC")
+def test_a_full_disk_under_the_last_video_of_a_finished_run_says_how_to_film_it(tmp_path):
+    """Trial 28: the snapshot model of a finished run's last video on a full disk advised "continue with --resume",
+    which only says the run already ran its iterations and films nothing. Real ppo.py, two iterations, the last
+    video's snapshot sent to /dev/full; then both printed commands, the disk freed."""
+    script = os.path.join(REPO, "cleanrl", "ppo.py")
+    flags = ["--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "256", "--torch-threads", "1"]
+    flags += ["--capture-video", "--video-every", "100", "--save-model", "--log-dir", str(tmp_path)]
+    result = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT_ON_A_FULL_DISK, script, *flags], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    (run_dir,) = tmp_path.iterdir()
+    checkpoint, video_dir = run_dir / "checkpoint.pt", run_dir / "videos" / "iteration-2"
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    film = f"python -m cleanrl_utils.evaluate --model-path {checkpoint} --episodes 1 --capture-video --video-dir {video_dir}"
+    assert result.stderr.strip() == (
+        f"error: could not write {video_dir / 'model.cleanrl_model'} (No space left on device, after 0 bytes); no "
+        "earlier file of that name was there. Free space there and film it from the run's last checkpoint, which "
+        f"holds every iteration: {film} (and --resume {checkpoint} --save-model writes the model file, if the run was "
+        "to save one)"
+    )
+    assert torch.load(checkpoint, weights_only=True)["iteration"] == 2
+    filmed = subprocess.run([sys.executable, *film.split()[1:]], capture_output=True, text=True, cwd=tmp_path)
+    assert filmed.returncode == 0, filmed.stderr
+    assert os.listdir(video_dir) == ["eval-episode-0.mp4"]
+    resumed = subprocess.run(
+        [sys.executable, script, "--resume", str(checkpoint), "--save-model"], capture_output=True, text=True, cwd=REPO
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"model saved to {run_dir / 'ppo.cleanrl_model'}" in resumed.stdout
