@@ -113,9 +113,10 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[RunData]:
+def load_runs(log_dir: str, tag: str, notes: list[str] | None = None, other_tags: set[str] | None = None) -> list[RunData]:
     """Every run folder directly under `log_dir` that logged `tag` (`log_dir` itself, where it is one run's folder).
-    Folders that cannot be told apart (no hyperparameters and no run-name folder name) are skipped with a note."""
+    Folders that cannot be told apart (no hyperparameters and no run-name folder name) are skipped with a note. The
+    scalar tags of the runs left out for not logging `tag` go into `other_tags` (a mistyped --tag names them)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     # A resumed run rewrote its steps past the checkpoint (purge_step): tensorboard drops the old ones, as meant, and
@@ -139,6 +140,8 @@ def load_runs(log_dir: str, tag: str, notes: list[str] | None = None) -> list[Ru
             if tags:  # a run that logged, but not this tag (no episode finished yet): named, not silently skipped
                 why = "no episode finished" if tag.endswith("episodic_return") else "its script does not log it, or not yet"
                 notes.append(f"left out {name}: it logged no {tag!r} ({why})")
+                if other_tags is not None:
+                    other_tags.update(tags)
             continue
         hyperparameters = read_hyperparameters(accumulator)
         parsed = parse_run_name(name)
@@ -390,9 +393,14 @@ def main() -> None:
     # first: a bad folder is one line, not a report then a line; it is made only once there is something to plot
     check_writable_dir(args.output_dir, "--output-dir", keep=False)
     notes: list[str] = []
-    runs = load_runs(args.log_dir, args.tag, notes)
+    other_tags: set[str] = set()
+    runs = load_runs(args.log_dir, args.tag, notes, other_tags)
     if not runs:  # what was left out, and why, is the line (trial 25, B3: a run of NaN returns alone was not named)
-        why = "; ".join(notes) if notes else "runs are folders <env>__<script>__<seed>__<time>"
+        why = "; ".join(notes[:3]) if notes else "runs are folders <env>__<script>__<seed>__<time>"
+        if len(notes) > 3:  # trial 28: a mistyped --tag over 29 runs was a 5,000-character line
+            why += f"; and {len(notes) - 3} more like these"
+        if other_tags:
+            why += f"; the tags they logged: {', '.join(sorted(other_tags))}"
         sys.exit(f"error: no run under {args.log_dir!r} logged {args.tag!r} to plot ({why})")
     apart_by_script(runs, notes)
     runs, selection_notes = select_runs(runs, args.include_unfinished)

@@ -577,6 +577,21 @@ def test_nan_or_inf_returns_are_left_out_by_name_not_averaged_in(tmp_path):
     assert not (tmp_path / "plots_only").exists()
 
 
+def test_a_tag_no_run_logged_is_a_short_line_that_names_the_tags_they_logged(tmp_path):
+    """Trial 28, cosmetic: a mistyped --tag over 29 runs was a 5,000-character line, a "left out" note per run."""
+    log_dir = tmp_path / "runs"
+    names = [write_script_run(log_dir, "CartPole-v1", seed, np.array([1.0, 2.0]), 1000, 1000, 10) for seed in range(1, 6)]
+    result = run_plot(log_dir, str(tmp_path / "plots"), "--tag", "charts/episodic_retrun")
+    first = "; ".join(
+        f"left out {name}: it logged no 'charts/episodic_retrun' (its script does not log it, or not yet)"
+        for name in sorted(names)[:3]
+    )
+    assert result.returncode == 1 and result.stderr == (
+        f"error: no run under {str(log_dir)!r} logged 'charts/episodic_retrun' to plot ({first}; and 2 more like these; "
+        "the tags they logged: charts/SPS, charts/episodic_return)\n"
+    ), result.stderr
+
+
 def test_the_steps_column_counts_no_dropped_non_finite_return(tmp_path):
     """Trial 25, K13: a run with inf returns appended past its end (an edited events file) showed the step of the
     last dropped value in the summary's steps column (1,929 for a run of 1,536 steps)."""
