@@ -15,7 +15,7 @@ what training played, for a copied and changed script too. `--script` names anot
 file from before paths were recorded whose script is not in this clone's `cleanrl/`).
 """
 
-from cleanrl_utils.stop import exit_tool_on_signals, make_output_dir, refused_memory
+from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals, make_output_dir, refused_memory
 
 if __name__ == "__main__":
     # Ctrl-C or SIGTERM, also while the libraries below load: one line, no traceback
@@ -24,6 +24,7 @@ if __name__ == "__main__":
 import importlib.util
 import os
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Annotated, Callable
@@ -189,6 +190,10 @@ def written_by(file: str) -> dict[str, str]:
 MAX_EVAL_ENVS = 32
 
 
+# Seconds between the lines that say how far an evaluation of several rounds has got
+PROGRESS_SECONDS = 10.0
+
+
 def eval_env_count(episodes: int) -> int:
     """How many envs a player is asked to make for `episodes` episodes."""
     return min(episodes, MAX_EVAL_ENVS)
@@ -202,11 +207,24 @@ def play(player: Player, episodes: int, video_dir: str | None = None) -> list[fl
     obs, _ = envs.reset() if player.reset_seed is None else envs.reset(seed=player.reset_seed)
     film_dir = None if player.film_env_id else video_dir
     returns: list[float] = []
-    while len(returns) < episodes:
-        if returns:  # a new round: every env starts a fresh episode (the seeded RNGs go on, so new ones)
-            obs, _ = envs.reset()
-        playing = min(len(obs), episodes - len(returns))
-        returns += play_round(envs, player.act, obs, playing, len(returns), player.whole_games, film_dir)
+    # Over several rounds, what was played so far: a line after the first round and every 10 s, and a stop's line says
+    # it (trial 28: 10^20 episodes printed nothing, and a SIGTERM's line dropped every finished episode)
+    said, last_line = [], -float("inf")
+    try:
+        while len(returns) < episodes:
+            if returns:  # a new round: every env starts a fresh episode (the seeded RNGs go on, so new ones)
+                obs, _ = envs.reset()
+            playing = min(len(obs), episodes - len(returns))
+            returns += play_round(envs, player.act, obs, playing, len(returns), player.whole_games, film_dir)
+            if len(returns) < episodes:
+                so_far = f"{len(returns):,} of {episodes:,} episodes played: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f}"
+                LEFT_BEHIND[:] = [entry for entry in LEFT_BEHIND if entry not in said] + [so_far]
+                said[:] = [so_far]
+                if time.monotonic() - last_line >= PROGRESS_SECONDS:
+                    print(so_far, flush=True)
+                    last_line = time.monotonic()
+    finally:
+        LEFT_BEHIND[:] = [entry for entry in LEFT_BEHIND if entry not in said]
     envs.close()
     return returns
 

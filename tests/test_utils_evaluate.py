@@ -4,9 +4,11 @@ and its one-line errors."""
 import glob
 import os
 import re
+import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from helpers import REPO, assert_one_error_line, one_line_exit, only_run_dir, run_script
@@ -188,9 +190,11 @@ def test_torch_threads(monkeypatch, capsys, flags, omp, expected):
     assert "mean return over 1 episode: 1.00" in capsys.readouterr().out
 
 
-def test_many_episodes_play_in_rounds_on_a_bounded_number_of_envs(tmp_path, monkeypatch):
-    """--episodes 100000 made one env per episode and ran out of memory (issue 25, defect 10)."""
+def test_many_episodes_play_in_rounds_on_a_bounded_number_of_envs(tmp_path, monkeypatch, capsys):
+    """--episodes 100000 made one env per episode and ran out of memory (issue 25, defect 10). Each round says how far
+    it got (every round here: no wait between lines), and the stop line's entry goes at the end (trial 28)."""
     import cleanrl.ppo as ppo
+    from cleanrl_utils.stop import LEFT_BEHIND
 
     torch.manual_seed(0)
     model_path = str(tmp_path / "ppo.cleanrl_model")
@@ -207,11 +211,39 @@ def test_many_episodes_play_in_rounds_on_a_bounded_number_of_envs(tmp_path, monk
 
     make_env = ppo.make_env
     monkeypatch.setattr(ppo, "make_env", counting_make_env)
+    monkeypatch.setattr(evaluate_module, "PROGRESS_SECONDS", 0)
     episodes = 3 * evaluate_module.MAX_EVAL_ENVS + 5
     returns = evaluate_module.evaluate(model_path, episodes=episodes, seed=1, cuda=False)
     assert env_counts == [evaluate_module.MAX_EVAL_ENVS]
     assert len(returns) == episodes and all(r >= 1 for r in returns)  # CartPole pays 1 per step: every episode ran
     assert len(set(returns)) > 10  # the later rounds play new episodes, not the first round's again
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    for line, played in zip(lines, (32, 64, 96)):
+        head = f"{played} of {episodes} episodes played: mean return {np.mean(returns[:played]):.2f} +- "
+        assert line.startswith(head), line
+    assert LEFT_BEHIND == []
+
+
+def test_a_sigterm_during_many_episodes_says_what_was_played(tmp_path):
+    """Trial 28, cosmetic: --episodes 10^20 printed nothing, and a SIGTERM's line dropped every finished episode."""
+    import cleanrl.ppo as ppo
+
+    torch.manual_seed(0)
+    model_path = str(tmp_path / "ppo.cleanrl_model")
+    args = {"env_id": "CartPole-v1", "max_episode_steps": 0}
+    torch.save({"script": "ppo", "args": args, "model_state_dict": ppo.Agent(4, 2).state_dict()}, model_path)
+    command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "100000"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    first = process.stdout.readline()  # the first round's line comes at once
+    assert first.startswith("32 of 100,000 episodes played: mean return "), first
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert re.fullmatch(
+        r"\nSIGTERM: cleanrl_utils.evaluate stopped; [\d,]+ of 100,000 episodes played: mean return [\d.]+ \+- [\d.]+\n",
+        stderr,
+    ), stderr
 
 
 def test_a_model_that_does_not_fit_its_script_gives_one_line(tmp_path):
@@ -407,12 +439,14 @@ def test_ctrl_c_while_filming_stops_in_one_line_that_names_the_videos(tmp_path):
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130
     lines = [line for line in stderr.splitlines() if line.strip() and "warn" not in line.lower()]
+    # the episodes of the rounds played so far, where a round had ended (trial 28)
+    lines = [re.sub(r"; [\d,]+ of 100,000 episodes played: mean return [\d.]+ \+- [\d.]+", "", line) for line in lines]
     if video_dir.exists():  # ffmpeg had written a file: the line names them
         assert lines == [
             f"Ctrl-C: cleanrl_utils.evaluate stopped; {video_dir} holds the videos: each eval-episode-<n>.mp4 a whole "
             "episode, and an episode a Ctrl-C or SIGTERM cut short, if any, as eval-episode-<n>.partial.mp4"
         ], stderr
-    else:  # not yet (here the first file came after 2 minutes: 100,000 episodes film on many envs at once)
+    else:  # not yet (CartPole is filmed in Gymnasium after all its episodes are played)
         assert lines == [f"Ctrl-C: cleanrl_utils.evaluate stopped; removed {video_dir}, where nothing was written"], stderr
 
 
