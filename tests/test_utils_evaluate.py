@@ -4,6 +4,7 @@ and its one-line errors."""
 import glob
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -235,7 +236,11 @@ def test_a_sigterm_during_many_episodes_says_what_was_played(tmp_path):
     torch.save({"script": "ppo", "args": args, "model_state_dict": ppo.Agent(4, 2).state_dict()}, model_path)
     command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "100000"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    first = process.stdout.readline()  # the first round's line comes at once
+    ready, _, _ = select.select([process.stdout], [], [], 60)  # the first round's line comes at once
+    if not ready:
+        process.kill()
+        raise AssertionError(f"no line within 60 s: {process.communicate()}")
+    first = process.stdout.readline()
     assert first.startswith("32 of 100,000 episodes played: mean return "), first
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
