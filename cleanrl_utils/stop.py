@@ -104,8 +104,53 @@ def _exit_now(code: int) -> None:
         active_children = getattr(sys.modules.get("multiprocessing"), "active_children", None)
         for child in active_children() if active_children is not None else ():
             child.kill()
+        finish_video_encoders()
     finally:  # whatever went wrong there, the process still exits with its code and no traceback
         os._exit(code)
+
+
+# How long a stop waits for the video encoders to end their files before it kills them
+ENCODER_SECONDS = 60.0
+
+
+def finish_video_encoders() -> None:
+    """imageio starts one ffmpeg per video being written, in a process group of its own (out of a terminal Ctrl-C's
+    reach, by design), and ffmpeg ends its file when its input pipe closes. Exiting closed the pipes and left them
+    encoding on, orphaned, with the files 48 bytes long after the line said they were there (trial 28: 17-20
+    encoders ran on for 10-15 s after evaluate exited). So a stop closes this process's files (the pipes among them)
+    and waits for its ffmpeg children: each video cut short is then a whole .partial.mp4 when the process ends."""
+    encoders = [pid for pid, name in child_processes() if name.startswith("ffmpeg")]
+    if not encoders:
+        return
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the process exits next: every pipe to an encoder closes now
+    deadline = time.monotonic() + ENCODER_SECONDS
+    for pid in encoders:
+        try:
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.02)
+        except ChildProcessError:  # waited for elsewhere
+            pass
+
+
+def child_processes() -> list[tuple[int, str]]:
+    """(pid, executable name) of this process's children, read from /proc (empty where there is none)."""
+    children = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                stat = file.read().decode(errors="replace")
+        except OSError:  # it ended meanwhile
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if int(rest[1]) == os.getpid():  # the fields after the name: state, then the parent's pid
+            children.append((int(entry), name))
+    return children
 
 
 class OutputThatOutlivesItsReader:

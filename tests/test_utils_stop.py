@@ -96,6 +96,37 @@ def test_a_signal_while_multiprocessing_is_half_imported_still_exits_with_one_li
     assert stderr_lines(stderr) == ["Ctrl-C during start-up: exiting before training began"]
 
 
+# 30 frames of noise, slow to encode, still in ffmpeg's pipe and buffers (x264 looks 40 ahead) when the process exits
+EXIT_WHILE_ENCODING = """
+    import sys
+    import numpy as np
+    from cleanrl_utils.stop import _exit_now
+    from cleanrl_utils.video import VideoWriter
+    writer = VideoWriter(sys.argv[1], fps=30)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        writer.append(rng.integers(0, 256, (240, 240, 3), dtype=np.uint8))
+    _exit_now(143)
+"""
+
+
+def test_a_stop_waits_for_the_video_encoders_to_end_their_files(tmp_path):
+    """Trial 28: a SIGTERM to evaluate while it filmed 20 Atari games left the ffmpeg encoders (each in a process group
+    of its own, by imageio's design) encoding on, orphaned, and the .partial.mp4 files 48 bytes long when it exited."""
+    from cleanrl_utils.video import mp4_is_whole
+
+    path = str(tmp_path / "eval-episode-0.mp4")
+    with open(tmp_path / "output", "w") as output:  # a file, not a pipe: ffmpeg inherits it, and a pipe's reader
+        # would wait for ffmpeg's end too, where only the process's own end counts
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(EXIT_WHILE_ENCODING), path], stdout=output, stderr=output, timeout=120
+        )
+    assert result.returncode == 143, (tmp_path / "output").read_text()
+    partial = str(tmp_path / "eval-episode-0.partial.mp4")
+    assert subprocess.run(["pgrep", "-f", partial], capture_output=True).stdout == b""  # no encoder left running
+    assert mp4_is_whole(partial)  # its encoder ended it: indexed, playable, named partial
+
+
 STARTUP_WITH_A_RUN_FOLDER = """
     import sys, time
     from types import SimpleNamespace
