@@ -9,7 +9,7 @@ first's output). A failed run, or one that cannot start (a missing program), doe
 the failures are listed with their log paths at the end and the exit code is 1. The progress line
 rewrites itself on a terminal and prints plain lines elsewhere.
 
-Ctrl-C or SIGTERM to the runner is passed on, once, to each running training (which then saves its
+Ctrl-C, SIGTERM or SIGHUP to the runner is passed on, once, to each running training (which then saves its
 checkpoint and exits), no further run starts, and the runner waits for them, prints what finished,
 what was stopped and what never started, and exits 128 + the signal number. The trainings run in
 their own session, so a terminal's Ctrl-C reaches them only through the runner: twice would make
@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+
+from cleanrl_utils.stop import SIGNALS, OutputThatOutlivesItsReader
 
 
 @dataclass
@@ -173,13 +175,14 @@ def threads_per_run(workers: int, num_runs: int, environ=os.environ) -> tuple[st
 
 
 class PassOnSignals:
-    """While a sweep runs: Ctrl-C and SIGTERM are recorded (never raised: no KeyboardInterrupt traceback), for
-    run_all to pass on to the running trainings. `restore()` puts the previous handlers back."""
+    """While a sweep runs: Ctrl-C, SIGTERM and SIGHUP (the terminal closed) are recorded (never raised: no
+    KeyboardInterrupt traceback), for run_all to pass on to the running trainings, which stop on each the same way.
+    `restore()` puts the previous handlers back. (Trial 28: SIGHUP killed the runner and orphaned its training.)"""
 
     def __init__(self):
         self.received: list[int] = []  # not yet passed on
         self.seen: list[int] = []  # every one, in order
-        self.previous = {signum: signal.signal(signum, self._record) for signum in (signal.SIGINT, signal.SIGTERM)}
+        self.previous = {signum: signal.signal(signum, self._record) for signum in SIGNALS}
 
     def _record(self, signum, frame) -> None:
         self.received.append(signum)
@@ -309,6 +312,8 @@ def main() -> None:
     check_writable_dir(args.log_dir, "--log-dir")
     threads, why = threads_per_run(args.workers, len(runs))
     print(f"each run gets OMP_NUM_THREADS={threads} ({why})", flush=True)
+    # after SIGHUP the terminal is gone: the runner still waits for its trainings and writes their logs
+    sys.stdout, sys.stderr = OutputThatOutlivesItsReader(sys.stdout), OutputThatOutlivesItsReader(sys.stderr)
     signals = PassOnSignals()
     try:
         failed = run_all(runs, args.workers, env={**os.environ, "OMP_NUM_THREADS": threads}, signals=signals)

@@ -1017,6 +1017,7 @@ def stop(signum, frame):
     sys.exit(0)
 signal.signal(signal.SIGINT, stop)
 signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGHUP, stop)
 print(f"started seed {seed} pid {os.getpid()}", flush=True)
 time.sleep(60)
 """
@@ -1037,7 +1038,7 @@ def alive(pid: int) -> bool:
     return not open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])  # SIGHUP: trial 28
 def test_a_signal_to_the_runner_is_passed_on_waited_for_and_summarised(tmp_path, signum):
     script = tmp_path / "train.py"
     script.write_text(FAKE_TRAINING)
