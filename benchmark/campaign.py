@@ -43,7 +43,7 @@ from cleanrl_utils.results import (  # noqa: E402
     write_summary_csv,
 )
 from cleanrl_utils.run import check_writable_dir  # noqa: E402
-from cleanrl_utils.stop import end_quietly_when_the_reader_goes  # noqa: E402
+from cleanrl_utils.stop import LEFT_BEHIND, exit_tool_on_signals, run_child  # noqa: E402
 
 DEFAULT_RESULTS_DIR = os.path.join(REPO, "benchmark", "results")
 MAX_SEEDS = 100  # a slice's seeds 1..N: more is a typo (each run takes minutes to hours)
@@ -183,7 +183,7 @@ def test_curve(run_dir: str, episodes: int) -> dict:
     """Each kept checkpoint played for `episodes` episodes with sampled actions: {"step": [...], "return": [...]}."""
     command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", run_dir, "--episodes", str(episodes)]
     command += ["--no-cuda", "--torch-threads", "1"]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    result = run_child(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     if result.returncode != 0:
         raise RuntimeError(f"evaluating {run_dir} failed: {result.stderr.strip()[-500:]}")
     curve = {"step": [], "return": []}
@@ -207,7 +207,7 @@ def run_one(cell: Cell, env_id: str, seed: int, args: CampaignArgs, cpu: str) ->
         command += ["--checkpoint-every", str(every), "--keep-checkpoints"]
     started, before = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(os.path.join(log_dir, "train.log"), "w") as log:
-        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode
+        code = run_child(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode  # a stop ends it too
     wall_seconds, after = time.time() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     # CPU time beside wall-clock: a session's other work shares these 2 cores, which stretches the wall-clock only
     cpu_seconds = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -253,7 +253,11 @@ def regenerate_pages() -> list[str]:
 
 
 def main() -> None:
-    end_quietly_when_the_reader_goes()  # `--dry-run | head`: no BrokenPipeError traceback
+    # Ctrl-C, SIGTERM, SIGHUP: one line, exit 128 + the signal, and the run in progress ended with the campaign (trial
+    # 28: SIGTERM and SIGHUP left it training on alone, and a Ctrl-C called it "failed" and exited 1). Also no
+    # BrokenPipeError traceback for `--dry-run | head`.
+    exit_tool_on_signals("benchmark/campaign.py")
+    LEFT_BEHIND.append("finished runs keep their records; the next start runs the stopped one again from its start")
     args = tyro.cli(CampaignArgs)
     if args.slice not in SLICES:
         sys.exit(f"error: --slice {args.slice!r} is not a slice; the slices are {', '.join(SLICES)}")

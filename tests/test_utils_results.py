@@ -8,8 +8,10 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -54,6 +56,29 @@ def test_a_real_run_is_recorded_with_its_final_return_and_periodic_test(tmp_path
     with open(write_summary_csv(args.results_dir)) as file:
         (row,) = list(csv.DictReader(file))
     assert (row["exp_name"], row["seed"], row["cpu"]) == ("ppo_tiny", "3", "test cpu")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_the_campaign_ends_its_run_with_one_line(tmp_path, signum):
+    """Trial 28: SIGTERM or SIGHUP killed the campaign and left its dqn.py training on alone; a Ctrl-C was reported
+    as "failed: did not finish" with exit 1. A real dqn-classic run, stopped once it trains."""
+    command = [sys.executable, "benchmark/campaign.py", "--slice", "dqn-classic", "--seeds", "1"]
+    command += ["--only-env", "CartPole-v1", "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path)]
+    campaign = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    log = tmp_path / "dqn" / "CartPole-v1__1" / "train.log"
+    deadline = time.time() + 120
+    while not (log.exists() and "run folder:" in log.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    (training,) = [int(pid) for pid in open(f"/proc/{campaign.pid}/task/{campaign.pid}/children").read().split()]
+    campaign.send_signal(signum)
+    _, stderr = campaign.communicate(timeout=60)
+    assert campaign.returncode == 128 + signum, stderr
+    name = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}[signum]
+    assert stderr.strip() == (
+        f"{name}: benchmark/campaign.py stopped; ended the 1 run it had started; finished runs keep their records; the "
+        "next start runs the stopped one again from its start"
+    )
+    assert not os.path.exists(f"/proc/{training}")  # ended and waited for, not left training alone
 
 
 def test_the_campaign_skips_finished_runs(tmp_path):
