@@ -123,7 +123,7 @@ def validate_args(args: Args) -> None:
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, 1, 1, args.total_timesteps)  # one gradient step on the whole batch
     check_positive(args, "max_episode_steps", "obs_clip", "reward_clip", "max_grad_norm")
-    check_envpool_id(args.env_id, "envpool.mujoco.gym")
+    check_envpool_id(args.env_id, "envpool.mujoco.gym", num_envs=args.num_envs)
     spec = envpool.make_spec(args.env_id)
     row_bytes = 4 * (int(np.prod(spec.observation_space.shape)) + int(np.prod(spec.action_space.shape)))
     check_memory(args.num_steps * args.num_envs * (row_bytes + 40), "the rollout storage", "--num-envs or --num-steps")

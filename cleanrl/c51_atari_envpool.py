@@ -154,7 +154,7 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     check_replay_args(args, min_per_env=16, resumed=checkpoint is not None)
     check_epsilon_schedule(args)
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
-    check_envpool_id(args.env_id, "envpool.atari")
+    check_envpool_id(args.env_id, "envpool.atari", num_envs=args.num_envs)
     # A resumed run's full ring is in memory already, in the loaded checkpoint, and the new buffer takes its arrays
     # over (ReplayBuffer.load_state_dict): it needs only the rest. A partly filled ring is copied: it holds nothing.
     saved = checkpoint["replay_buffer"] if checkpoint else {}

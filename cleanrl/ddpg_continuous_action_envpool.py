@@ -145,7 +145,7 @@ def validate_args(args: Args) -> None:
     check_replay_args(args)
     check_positive(args, "updates_per_step", "policy_frequency", "max_episode_steps")
     check_non_negative(args, "exploration_noise")  # the noise scale: 0 turns it off
-    check_continuous_envpool_id(args.env_id)
+    check_continuous_envpool_id(args.env_id, num_envs=args.num_envs)
     spec = envpool.make_spec(args.env_id)
     row = ReplayBuffer.row_width(spec.observation_space.shape[0], spec.action_space.shape[0])
     check_memory(args.buffer_size * row * 4, "the replay buffer", "--buffer-size")

@@ -134,7 +134,7 @@ def validate_args(args: Args) -> None:
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
     check_positive(args, "max_episode_steps")
-    check_envpool_id(args.env_id, "envpool.atari")
+    check_envpool_id(args.env_id, "envpool.atari", num_envs=args.num_envs)
     obs_bytes = 4 * 84 * 84 * (1 if args.uint8_obs else 4)
     check_memory(args.num_steps * args.num_envs * (obs_bytes + 40), "the rollout storage", "--num-envs or --num-steps")
 

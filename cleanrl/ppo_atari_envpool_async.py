@@ -184,7 +184,7 @@ def validate_args(args: Args) -> None:
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
     check_positive(args, "max_episode_steps")
-    check_envpool_id(args.env_id, "envpool.atari")
+    check_envpool_id(args.env_id, "envpool.atari", num_envs=args.num_envs)
     check_async_shape(args.num_envs, args.num_steps, args.async_batch_size)
     if args.num_steps < 2:  # an env's last row in a rollout has no result yet (compute_gae_async): it is not learned from
         sys.exit(

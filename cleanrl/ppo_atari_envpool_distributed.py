@@ -179,7 +179,7 @@ def validate_args(args: Args, world_size: int) -> None:
             f"({global_batch} steps = {world_size} x --local-num-envs {args.local_num_envs} x --num-steps {args.num_steps})"
         )
     check_positive(args, "max_episode_steps")
-    check_envpool_id(args.env_id, "envpool.atari")
+    check_envpool_id(args.env_id, "envpool.atari", num_envs=args.local_num_envs, flag="--local-num-envs")
     obs_bytes = 4 * 84 * 84 * (1 if args.uint8_obs else 4)
     check_memory(
         args.num_steps * args.local_num_envs * (obs_bytes + 40), "the rollout storage", "--local-num-envs/--num-steps"

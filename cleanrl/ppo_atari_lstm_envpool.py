@@ -151,7 +151,7 @@ def validate_args(args: Args) -> None:
             f"error: --num-minibatches {args.num_minibatches} does not divide --num-envs {args.num_envs}; "
             "a minibatch holds whole env sequences"
         )
-    check_envpool_id(args.env_id, "envpool.atari")
+    check_envpool_id(args.env_id, "envpool.atari", num_envs=args.num_envs)
     obs_bytes = 84 * 84 * (1 if args.uint8_obs else 4)
     check_memory(args.num_steps * args.num_envs * (obs_bytes + 40), "the rollout storage", "--num-envs or --num-steps")
 

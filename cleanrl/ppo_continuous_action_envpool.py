@@ -141,7 +141,7 @@ def validate_args(args: Args) -> None:
     check_positive(args, "max_episode_steps", "obs_clip", "reward_clip", "kl_adaptive_lr")
     if not -10 <= args.actor_logstd_init <= 5:  # std from 4.5e-5 to 148; beyond, exp() leaves float32's useful range
         sys.exit(f"error: --actor-logstd-init must be in [-10, 5], got {args.actor_logstd_init}")
-    check_envpool_id(args.env_id, "envpool.mujoco.gym")
+    check_envpool_id(args.env_id, "envpool.mujoco.gym", num_envs=args.num_envs)
     spec = envpool.make_spec(args.env_id)
     row_bytes = 4 * (int(np.prod(spec.observation_space.shape)) + int(np.prod(spec.action_space.shape)))
     check_memory(args.num_steps * args.num_envs * (row_bytes + 40), "the rollout storage", "--num-envs or --num-steps")

@@ -141,7 +141,7 @@ def validate_args(args: Args) -> None:
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs, args.total_timesteps)
     check_positive(args, "max_episode_steps", "obs_clip", "reward_clip", "kl_adaptive_lr")
-    check_envpool_id(args.env_id, "envpool.mujoco.gym")
+    check_envpool_id(args.env_id, "envpool.mujoco.gym", num_envs=args.num_envs)
     spec = envpool.make_spec(args.env_id)
     row_bytes = 4 * (np.prod(spec.observation_space.shape) + 2 * np.prod(spec.action_space.shape) + 10)
     check_memory(args.num_steps * args.num_envs * int(row_bytes), "the rollout storage", "--num-envs or --num-steps")

@@ -138,7 +138,7 @@ def validate_args(args: Args) -> None:
     check_epsilon_schedule(args)
     if not 0 <= args.q_lambda <= 1:
         sys.exit(f"error: --q-lambda must be in [0, 1], got {args.q_lambda}")
-    check_envpool_id(args.env_id, "envpool.atari")
+    check_envpool_id(args.env_id, "envpool.atari", num_envs=args.num_envs)
     obs_bytes = 4 * 84 * 84 * (1 if args.uint8_obs else 4)
     check_memory(args.num_steps * args.num_envs * (obs_bytes + 40), "the rollout storage", "--num-envs or --num-steps")
 

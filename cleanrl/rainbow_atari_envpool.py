@@ -159,7 +159,7 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     if not 0 <= args.noisy_std <= 10:  # CleanRL's 0.5; past a few units the noise swamps every weight
         sys.exit(f"error: --noisy-std must be in [0, 10] (0: no noise), got {args.noisy_std}")
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
-    check_envpool_id(args.env_id, "envpool.atari")
+    check_envpool_id(args.env_id, "envpool.atari", num_envs=args.num_envs)
     # A resumed run's full ring is in memory already (the checkpoint), and ReplayBuffer.load_state_dict takes it over
     # without a copy: only the rest is needed. A partly filled ring is copied: it holds nothing.
     saved = checkpoint["replay_buffer"] if checkpoint else {}

@@ -158,7 +158,7 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
         sys.exit(f"error: --alpha must be in (0, 1000] (the entropy coefficient without --autotune), got {args.alpha}")
     if not 0 < args.target_entropy_scale <= 1:
         sys.exit(f"error: --target-entropy-scale must be in (0, 1] (a fraction of log |A|), got {args.target_entropy_scale}")
-    check_envpool_id(args.env_id, "envpool.atari")
+    check_envpool_id(args.env_id, "envpool.atari", num_envs=args.num_envs)
     # A resumed run's full ring is in memory already, in the loaded checkpoint, and the new buffer takes its arrays
     # over (ReplayBuffer.load_state_dict): it needs only the rest. A partly filled ring is copied: it holds nothing.
     saved = checkpoint["replay_buffer"] if checkpoint else {}

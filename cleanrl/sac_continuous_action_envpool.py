@@ -147,7 +147,7 @@ def validate_args(args: Args) -> None:
     check_positive(args, "max_episode_steps")
     if not 0 < args.alpha <= 1000:  # NaN fails both; 1e300 would be inf in float32
         sys.exit(f"error: --alpha must be in (0, 1000] (the entropy coefficient without --autotune), got {args.alpha}")
-    check_continuous_envpool_id(args.env_id)
+    check_continuous_envpool_id(args.env_id, num_envs=args.num_envs)
     spec = envpool.make_spec(args.env_id)
     row = ReplayBuffer.row_width(spec.observation_space.shape[0], spec.action_space.shape[0])
     check_memory(args.buffer_size * row * 4, "the replay buffer", "--buffer-size")

@@ -136,7 +136,7 @@ def validate_args(args: Args) -> None:
         sys.exit(f"error: --backtrack-coeff must be in (0, 1) (a step is shrunk by it), got {args.backtrack_coeff}")
     check_rollout_shape(args.num_envs, args.num_steps, 1, 1, args.total_timesteps)  # one full batch per update
     check_positive(args, "max_episode_steps", "obs_clip", "reward_clip")
-    check_envpool_id(args.env_id, "envpool.mujoco.gym")
+    check_envpool_id(args.env_id, "envpool.mujoco.gym", num_envs=args.num_envs)
     spec = envpool.make_spec(args.env_id)
     row_bytes = 4 * (int(np.prod(spec.observation_space.shape)) + int(np.prod(spec.action_space.shape)))
     check_memory(args.num_steps * args.num_envs * (row_bytes + 40), "the rollout storage", "--num-envs or --num-steps")

@@ -228,6 +228,8 @@ def test_checkpoint_pt_rolled_back_by_hand_to_an_older_kept_one_is_refused(pendu
 
 BAD_INPUT = [
     (["--env-id", "Pong-v5"], ["'Pong-v5'", "an EnvPool Atari environment"]),
+    # trial 28: the kernel killed it (exit 137, no line, an empty run folder); at least 4.8 TiB here
+    (["--num-envs", "10000000", "--total-timesteps", "10000000000"], ["EnvPool's 10,000,000 simulators", "--num-envs"]),
     (["--num-steps", "0"], ["--num-steps", "0"]),
     (["--max-grad-norm", "-1"], ["--max-grad-norm", "-1"]),
     (
