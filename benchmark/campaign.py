@@ -7,8 +7,9 @@
 A session may end at any time, so each run's results are written the moment it ends, under
 `benchmark/results/records/<exp_name>/<env_id>__<seed>.json` (its summary, a downsampled training curve over steps
 and wall-clock, the periodic test curve), and `benchmark/results/summary.csv` is rewritten with one row per finished
-run. A run with a results file is finished and skipped; an interrupted run starts again from scratch (its folder
-under `runs/campaign/` is replaced), so a stopped session loses at most the run in progress. `--commit` commits the
+run. A run with a results file is finished and skipped. An interrupted run continues from its last checkpoint (one
+every ~30,000 steps, in its folder under `runs/campaign/`), so a stopped session loses at most that much training;
+the run's wall-clock and CPU figures add up its attempts, written down every 30 s, and leave out the time between. `--commit` commits the
 run's two files alone (other staged or unstaged work is left as it is).
 
 Runs go one at a time, seeds outermost: every cell gets its first seed before any gets its second.
@@ -194,29 +195,116 @@ def test_curve(run_dir: str, episodes: int) -> dict:
     return curve
 
 
-def run_one(cell: Cell, env_id: str, seed: int, args: CampaignArgs, cpu: str) -> dict:
-    """Train one run into a fresh folder, test its kept checkpoints, and return its results record."""
+# How often a run's time so far is written down (its attempts.json): a session that ends (its processes killed with
+# it) loses at most this much of the run's wall-clock and CPU figures, and the training since its last checkpoint.
+HEARTBEAT_SECONDS = 30
+
+
+def interrupted_checkpoint(log_dir: str) -> str | None:
+    """The checkpoint.pt that an interrupted earlier attempt of this run left in its folder, or None."""
+    run_dirs = glob.glob(os.path.join(glob.escape(log_dir), "*__*", "checkpoint.pt"))
+    return run_dirs[0] if len(run_dirs) == 1 else None
+
+
+def write_attempts(log_dir: str, attempts: list[dict]) -> None:
+    path = os.path.join(log_dir, "attempts.json")
+    with open(path + ".tmp", "w") as file:
+        json.dump(attempts, file)
+    os.replace(path + ".tmp", path)
+
+
+def read_attempts(log_dir: str) -> list[dict]:
+    """Each earlier attempt's {"started", "ended", "cpu_seconds"}, as its heartbeats last wrote them."""
+    try:
+        with open(os.path.join(log_dir, "attempts.json")) as file:
+            return [a for a in json.load(file) if {"started", "ended", "cpu_seconds"} <= set(a)]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds a running process and the children it has waited for (its evaluators) have used so far."""
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()  # from field 3 (state) on: utime..cstime are fields 14-17
+    return sum(int(ticks) for ticks in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class Timekeeper:
+    """Writes an attempt's time so far to its run's attempts.json: every HEARTBEAT_SECONDS while the run trains (a
+    thread started by run_child's while_running), and once more, measured from the outside, when it has ended."""
+
+    def __init__(self, log_dir: str, attempts: list[dict]):
+        import threading
+
+        self.log_dir, self.attempts = log_dir, attempts
+        self.lock, self.ended = threading.Lock(), False
+        attempts.append({"started": time.time(), "ended": time.time(), "cpu_seconds": 0.0})
+        write_attempts(log_dir, attempts)
+
+    def while_running(self, process) -> None:
+        import threading
+
+        threading.Thread(target=self.beat, args=(process,), daemon=True).start()
+
+    def beat(self, process) -> None:
+        while process.poll() is None:
+            with self.lock:  # not after end(): a late heartbeat would write a stale figure over the final one
+                try:
+                    if not self.ended:
+                        self.attempts[-1].update(ended=time.time(), cpu_seconds=process_cpu_seconds(process.pid))
+                        write_attempts(self.log_dir, self.attempts)
+                except (OSError, ValueError, IndexError):  # it ended meanwhile
+                    pass
+            time.sleep(HEARTBEAT_SECONDS)
+
+    def end(self, cpu_seconds: float) -> None:
+        with self.lock:
+            self.ended = True
+            self.attempts[-1].update(ended=time.time(), cpu_seconds=cpu_seconds)
+            write_attempts(self.log_dir, self.attempts)
+
+
+def run_one(cell: Cell, env_id: str, seed: int, args: CampaignArgs, cpu: str, fresh: bool = False) -> dict:
+    """Train one run, test its kept checkpoints, and return its results record. A run that an earlier session left
+    unfinished continues from its last checkpoint (a 300k-step SAC run takes longer than a session here); its record
+    counts the time of every attempt and none of the time between them. `fresh`: start it again from scratch."""
     log_dir = os.path.join(args.runs_dir, cell.exp_name, f"{env_id}__{seed}")
-    shutil.rmtree(log_dir, ignore_errors=True)  # an interrupted earlier attempt starts again
-    os.makedirs(log_dir)
-    command = [sys.executable, os.path.join(REPO, "cleanrl", f"{cell.script}.py"), "--env-id", env_id]
-    command += ["--seed", str(seed), "--total-timesteps", str(cell.total_timesteps), "--exp-name", cell.exp_name]
-    command += ["--log-dir", log_dir, "--no-cuda", *cell.flags]
-    if cell.test_episodes:
-        every = max(1, round(TIANSHOU_EPOCH / cell.steps_per_iteration))
-        command += ["--checkpoint-every", str(every), "--keep-checkpoints"]
-    started, before = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    with open(os.path.join(log_dir, "train.log"), "w") as log:
-        code = run_child(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode  # a stop ends it too
-    wall_seconds, after = time.time() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    checkpoint = None if fresh else interrupted_checkpoint(log_dir)
+    if checkpoint is None:
+        shutil.rmtree(log_dir, ignore_errors=True)
+        os.makedirs(log_dir)
+    attempts = read_attempts(log_dir) if checkpoint else []
+    script = os.path.join(REPO, "cleanrl", f"{cell.script}.py")
+    command = [sys.executable, script, "--env-id", env_id, "--seed", str(seed), "--total-timesteps", str(cell.total_timesteps)]
+    command += ["--exp-name", cell.exp_name, "--log-dir", log_dir, "--no-cuda", *cell.flags]
+    # a checkpoint every ~30,000 steps (Tianshou's epoch): kept for the periodic test, and what an attempt cut short
+    # by the end of a session continues from
+    command += ["--checkpoint-every", str(max(1, round(TIANSHOU_EPOCH / cell.steps_per_iteration)))]
+    command += ["--keep-checkpoints"] if cell.test_episodes else []
+    this_attempt = [sys.executable, script, "--resume", checkpoint] if checkpoint else command  # flags: in the file
+    if checkpoint:
+        print(f"  continuing from {os.path.relpath(checkpoint, REPO)} (attempt {len(attempts) + 1})", flush=True)
+    timekeeper = Timekeeper(log_dir, attempts)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(os.path.join(log_dir, "train.log"), "a" if checkpoint else "w") as log:
+        code = run_child(
+            this_attempt, while_running=timekeeper.while_running, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+        ).returncode  # a stop ends it too
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     # CPU time beside wall-clock: a session's other work shares these 2 cores, which stretches the wall-clock only
-    cpu_seconds = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    timekeeper.end((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime))
+    if code != 0 and checkpoint:
+        print(f"  could not continue (exit {code}; its log: {log_dir}/train.log); running it again from its start", flush=True)
+        return run_one(cell, env_id, seed, args, cpu, fresh=True)
     if code != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {code}; its log: {log_dir}/train.log")
+        raise RuntimeError(f"{' '.join(this_attempt)} exited {code}; its log: {log_dir}/train.log")
     (run_dir,) = [os.path.join(log_dir, name) for name in os.listdir(log_dir) if "__" in name]
     test = test_curve(run_dir, cell.test_episodes) if cell.test_episodes else {"step": [], "return": []}
-    record = run_record(run_dir, script=cell.script, wall_seconds=wall_seconds, cpu=cpu, test=test)
-    record["cpu_seconds"] = round(cpu_seconds, 1)
+    wall_seconds = sum(one["ended"] - one["started"] for one in attempts)
+    pauses = [(earlier["ended"], later["started"]) for earlier, later in zip(attempts, attempts[1:])]
+    record = run_record(run_dir, script=cell.script, wall_seconds=wall_seconds, cpu=cpu, test=test, pauses=pauses)
+    record["cpu_seconds"] = round(sum(one["cpu_seconds"] for one in attempts), 1)
+    record["attempts"] = len(attempts)
     record["command"] = " ".join(os.path.relpath(part, REPO) if part.startswith(REPO) else part for part in command)
     return record
 
@@ -257,7 +345,7 @@ def main() -> None:
     # 28: SIGTERM and SIGHUP left it training on alone, and a Ctrl-C called it "failed" and exited 1). Also no
     # BrokenPipeError traceback for `--dry-run | head`.
     exit_tool_on_signals("benchmark/campaign.py")
-    LEFT_BEHIND.append("finished runs keep their records; the next start runs the stopped one again from its start")
+    LEFT_BEHIND.append("finished runs keep their records; the next start continues the stopped one from its last checkpoint")
     args = tyro.cli(CampaignArgs)
     if args.slice not in SLICES:
         sys.exit(f"error: --slice {args.slice!r} is not a slice; the slices are {', '.join(SLICES)}")

@@ -90,8 +90,9 @@ def binned_curve(steps: np.ndarray, wall: np.ndarray, values: np.ndarray, total:
     return curve
 
 
-def run_record(run_dir: str, *, script: str, wall_seconds: float, cpu: str, test: dict) -> dict:
-    """A finished run's results record, from its tensorboard events and its periodic test curve."""
+def run_record(run_dir: str, *, script: str, wall_seconds: float, cpu: str, test: dict, pauses=()) -> dict:
+    """A finished run's results record, from its tensorboard events and its periodic test curve. `pauses`: the
+    (from, to) wall times between the attempts of a run continued from a checkpoint, left out of its wall-clock."""
     from cleanrl_utils.plot import load_runs
 
     (run,) = [r for r in load_runs(os.path.dirname(run_dir), "charts/episodic_return") if r.name == os.path.basename(run_dir)]
@@ -99,6 +100,8 @@ def run_record(run_dir: str, *, script: str, wall_seconds: float, cpu: str, test
         raise RuntimeError(f"{run_dir} did not finish (last step {run.last_step:,} of {run.expected_steps:,})")
     total = run.expected_steps or run.last_step
     final = run.values[run.steps > (1 - FINAL_FRACTION) * total]
+    when = run.start_time + run.wall
+    wall = run.wall - sum((np.clip(when - start, 0, end - start) for start, end in pauses), np.zeros_like(run.wall))
     return {
         "script": script,
         "exp_name": run.exp_name,
@@ -110,7 +113,7 @@ def run_record(run_dir: str, *, script: str, wall_seconds: float, cpu: str, test
         "best_test_return": max(test["return"]) if test["return"] else None,
         "wall_seconds": round(wall_seconds, 1),
         "cpu": cpu,
-        "train_curve": binned_curve(run.steps, run.wall, run.values, int(total), CURVE_POINTS),
+        "train_curve": binned_curve(run.steps, wall, run.values, int(total), CURVE_POINTS),
         "test_curve": test,
     }
 

@@ -575,14 +575,17 @@ def exit_tool_on_signals(tool: str) -> None:
         signal.signal(signum, exit_now)
 
 
-def run_child(command: list[str], **popen_args):
+def run_child(command: list[str], while_running=None, **popen_args):
     """subprocess.run for a benchmark tool's child (a training run it times): a signal to the tool ends the child too
-    (exit_tool_on_signals), where it would otherwise go on alone."""
+    (exit_tool_on_signals), where it would otherwise go on alone. `while_running(process)`, if given, is called once
+    the child has started and must return at once (it may start a thread that watches the child)."""
     import subprocess
 
     with subprocess.Popen(command, **popen_args) as process:
         CHILDREN.append(process)
         try:
+            if while_running is not None:
+                while_running(process)
             stdout, stderr = process.communicate()
         finally:
             CHILDREN.remove(process)

@@ -3,6 +3,7 @@
 small fixture of result files, each figure checked against a brute-force computation."""
 
 import csv
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -58,6 +59,76 @@ def test_a_real_run_is_recorded_with_its_final_return_and_periodic_test(tmp_path
     assert (row["exp_name"], row["seed"], row["cpu"]) == ("ppo_tiny", "3", "test cpu")
 
 
+# PPO on Hopper, 4 iterations of 2 envs x 512 steps, a checkpoint kept every 2 iterations (TIANSHOU_EPOCH below)
+TINY_CELL = campaign.Cell(
+    "ppo_continuous_action_envpool", "ppo_tiny", ("Hopper-v4",), 4096, 1024, ("--num-envs", "2", "--num-steps", "512")
+)
+
+
+def test_a_run_cut_short_by_the_end_of_a_session_continues_from_its_last_checkpoint(tmp_path, monkeypatch, capsys):
+    """A 300k-step SAC run takes longer than a session here, and a session's end kills the campaign and its run: each
+    session started it again from scratch and none finished. Now the next start continues from the run's last
+    checkpoint, and the record counts both attempts' time, not the pause between them. The first attempt is killed
+    (SIGKILL, as a session's end does) once its second kept checkpoint is written."""
+    args = campaign.CampaignArgs(slice="test", results_dir=str(tmp_path / "results"), runs_dir=str(tmp_path / "runs"))
+    monkeypatch.setattr(campaign, "TIANSHOU_EPOCH", 2048)
+    monkeypatch.setattr(campaign, "HEARTBEAT_SECONDS", 0.2)
+    log_dir = tmp_path / "runs" / "ppo_tiny" / "Hopper-v4__3"
+    real_run_child = campaign.run_child
+
+    def killed_after_its_second_checkpoint(command, while_running, **popen_args):
+        def kill_then(process):
+            while_running(process)
+            while not list(log_dir.glob("*__*/checkpoint-000002048.pt")) and process.poll() is None:
+                time.sleep(0.05)
+            time.sleep(0.5)  # a heartbeat or two after it
+            process.kill()
+
+        return real_run_child(command, while_running=kill_then, **popen_args)
+
+    monkeypatch.setattr(campaign, "run_child", killed_after_its_second_checkpoint)
+    with pytest.raises(RuntimeError, match="exited -9"):
+        campaign.run_one(TINY_CELL, "Hopper-v4", 3, args, "test cpu")
+    (killed,) = json.loads((log_dir / "attempts.json").read_text())
+    assert killed["ended"] - killed["started"] > 0.2 and killed["cpu_seconds"] > 0  # its heartbeats' figures
+    monkeypatch.setattr(campaign, "run_child", real_run_child)
+    time.sleep(3)  # the time between two sessions
+
+    record = campaign.run_one(TINY_CELL, "Hopper-v4", 3, args, "test cpu")
+    assert "continuing from" in capsys.readouterr().out and record["attempts"] == 2
+    attempts = json.loads((log_dir / "attempts.json").read_text())
+    assert attempts[0] == killed and attempts[1]["started"] >= killed["ended"] + 3
+    assert record["wall_seconds"] == pytest.approx(sum(a["ended"] - a["started"] for a in attempts), abs=0.1)
+    assert record["cpu_seconds"] == pytest.approx(sum(a["cpu_seconds"] for a in attempts), abs=0.1)
+    # the curve's wall-clock, by brute force from the events' own times: the last episode's time after the first
+    # event, less the pause (3 s, where the curve is rounded to 0.1 s)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (run_dir,) = log_dir.glob("*__*")
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
+    first = min(events.Scalars(tag)[0].wall_time for tag in events.Tags()["scalars"])
+    pause = attempts[1]["started"] - attempts[0]["ended"]
+    expected = events.Scalars("charts/episodic_return")[-1].wall_time - first - pause
+    assert record["train_curve"]["wall_seconds"][-1] == pytest.approx(expected, abs=0.06)
+    # the whole run: episodes to its end, and each kept checkpoint tested, those of the first attempt too
+    assert record["total_timesteps"] == 4096 and record["train_curve"]["step"][-1] > 4096 - 1024
+    assert record["test_curve"]["step"] == [2048, 4096]
+    assert "--resume" not in record["command"] and "--total-timesteps 4096" in record["command"]
+
+
+def test_a_run_that_cannot_continue_from_its_checkpoint_starts_again(tmp_path, capsys):
+    """A checkpoint an earlier attempt left that the script refuses (here: not a checkpoint at all) does not stop the
+    campaign on that run for good: it says so and runs it again from its start."""
+    args = campaign.CampaignArgs(slice="test", results_dir=str(tmp_path / "results"), runs_dir=str(tmp_path / "runs"))
+    run_dir = tmp_path / "runs" / "ppo_tiny" / "Hopper-v4__3" / "Hopper-v4__ppo_tiny__3__1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    record = campaign.run_one(dataclasses.replace(TINY_CELL, test_episodes=0), "Hopper-v4", 3, args, "test cpu")
+    out = capsys.readouterr().out
+    assert "continuing from" in out and "could not continue (exit 1" in out and "running it again from its start" in out
+    assert record["attempts"] == 1 and record["total_timesteps"] == 4096 and not run_dir.exists()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_to_the_campaign_ends_its_run_with_one_line(tmp_path, signum):
     """Trial 28: SIGTERM or SIGHUP killed the campaign and left its dqn.py training on alone; a Ctrl-C was reported
@@ -76,7 +147,7 @@ def test_a_signal_to_the_campaign_ends_its_run_with_one_line(tmp_path, signum):
     name = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}[signum]
     assert stderr.strip() == (
         f"{name}: benchmark/campaign.py stopped; ended the 1 run it had started; finished runs keep their records; the "
-        "next start runs the stopped one again from its start"
+        "next start continues the stopped one from its last checkpoint"
     )
     assert not os.path.exists(f"/proc/{training}")  # ended and waited for, not left training alone
 
