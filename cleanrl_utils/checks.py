@@ -254,15 +254,35 @@ def available_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def address_space_room() -> int | None:
+    """Bytes this process may still map under its address-space limit (`ulimit -v`), or None where it has none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/status") as f:
+            mapped = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError):
+        mapped = 0
+    return max(0, soft - mapped)
+
+
 def check_memory(bytes_needed: int, what: str, flags: str, held: int = 0) -> None:
-    """Refuse up front, with one line, a buffer larger than the memory this machine has free. `held`: bytes of it
-    this process holds already (a resumed run's loaded buffer, which the new one takes over), not counted again."""
-    available = available_memory_bytes()
+    """Refuse up front, with one line, a buffer larger than the memory this machine has free, or than this process
+    may still map under `ulimit -v` (trial 29: 30,000 EnvPool envs passed against the free memory, then EnvPool's
+    std::bad_alloc aborted the run under the limit, no line, an empty run folder left). `held`: bytes of it this
+    process holds already (a resumed run's loaded buffer, which the new one takes over), not counted again."""
+    available, where = available_memory_bytes(), "of memory available"
+    room = address_space_room()
+    if room is not None and room < available:
+        available, where = room, "this process may still map (ulimit -v)"
     if bytes_needed - held > available:
         loaded = f" ({held / 2**30:,.1f} GiB of it loaded already)" if held else ""
         sys.exit(
             f"error: {what} needs {bytes_needed / 2**30:,.1f} GiB{loaded}, more than the {available / 2**30:,.1f} GiB "
-            f"of memory available; lower {flags}"
+            f"{where}; lower {flags}"
         )
 
 

@@ -225,6 +225,30 @@ def test_check_memory_counts_a_loaded_buffer_once(monkeypatch):
     )
 
 
+def test_envpool_envs_beyond_the_address_space_limit_are_refused_in_one_line(tmp_path):
+    """Trial 29: under `ulimit -v 12000000`, 30,000 Pong envs passed the check against the free memory (19.6 GiB);
+    EnvPool's std::bad_alloc then aborted the run (SIGABRT, no line) and left an empty run folder. Under a 6 GiB
+    limit, 16,384 Pong envs (8 GiB at 512 KiB each) are refused against what the process may still map."""
+    import resource
+
+    if available_memory_bytes() < 10 * 2**30:
+        pytest.skip("needs more than 8 GiB free, so that the limit and not the free memory is what refuses")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, resource.RLIM_INFINITY))
+
+    command = [sys.executable, "cleanrl/ppo_atari_envpool.py", "--env-id", "Pong-v5", "--num-envs", "16384", "--num-steps"]
+    command += ["2", "--num-minibatches", "1", "--total-timesteps", "10000000", "--log-dir", str(tmp_path / "runs")]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, preexec_fn=limit, timeout=300)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+    assert re.fullmatch(
+        r"error: EnvPool's 16,384 simulators \(at least\) needs 8\.0 GiB, more than the [\d.]+ GiB this process may "
+        r"still map \(ulimit -v\); lower --num-envs\n",
+        result.stderr,
+    ), result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_check_memory():
     available = available_memory_bytes()
     assert 2**20 < available < 2**50
