@@ -210,6 +210,10 @@ def play(player: Player, episodes: int, video_dir: str | None = None) -> list[fl
     # Over several rounds, what was played so far: a line after the first round and every 10 s, and a stop's line says
     # it (trial 28: 10^20 episodes printed nothing, and a SIGTERM's line dropped every finished episode)
     said, last_line = [], -float("inf")
+    if episodes > len(obs):  # trial 29: a first round of long games (Pong) printed nothing for minutes
+        print(f"playing {episodes:,} episodes, {len(obs)} at a time", flush=True)
+        said[:] = [f"0 of {episodes:,} episodes played"]
+        LEFT_BEHIND.append(said[0])
     try:
         while len(returns) < episodes:
             if returns:  # a new round: every env starts a fresh episode (the seeded RNGs go on, so new ones)

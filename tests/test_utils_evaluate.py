@@ -219,8 +219,8 @@ def test_many_episodes_play_in_rounds_on_a_bounded_number_of_envs(tmp_path, monk
     assert len(returns) == episodes and all(r >= 1 for r in returns)  # CartPole pays 1 per step: every episode ran
     assert len(set(returns)) > 10  # the later rounds play new episodes, not the first round's again
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3
-    for line, played in zip(lines, (32, 64, 96)):
+    assert lines[0] == f"playing {episodes} episodes, 32 at a time" and len(lines) == 4
+    for line, played in zip(lines[1:], (32, 64, 96)):
         head = f"{played} of {episodes} episodes played: mean return {np.mean(returns[:played]):.2f} +- "
         assert line.startswith(head), line
     assert LEFT_BEHIND == []
@@ -236,10 +236,11 @@ def test_a_sigterm_during_many_episodes_says_what_was_played(tmp_path):
     torch.save({"script": "ppo", "args": args, "model_state_dict": ppo.Agent(4, 2).state_dict()}, model_path)
     command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "100000"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    ready, _, _ = select.select([process.stdout], [], [], 60)  # the first round's line comes at once
+    ready, _, _ = select.select([process.stdout], [], [], 60)  # the first line comes at once, the first round's soon
     if not ready:
         process.kill()
         raise AssertionError(f"no line within 60 s: {process.communicate()}")
+    assert process.stdout.readline() == "playing 100,000 episodes, 32 at a time\n"
     first = process.stdout.readline()
     assert first.startswith("32 of 100,000 episodes played: mean return "), first
     process.send_signal(signal.SIGTERM)
@@ -249,6 +250,28 @@ def test_a_sigterm_during_many_episodes_says_what_was_played(tmp_path):
         r"\nSIGTERM: cleanrl_utils.evaluate stopped; [\d,]+ of 100,000 episodes played: mean return [\d.]+ \+- [\d.]+\n",
         stderr,
     ), stderr
+
+
+def test_a_stop_during_the_first_round_of_long_games_says_none_was_played(tmp_path):
+    """Trial 29, cosmetic: --episodes 1000 on Pong printed nothing for 40 s (32 games at a time, none over yet), and
+    a SIGTERM's line did not say that none of the 1,000 was played. Now the first line comes at once, and says so."""
+    import cleanrl.ppo_atari_envpool as ppo_atari
+
+    torch.manual_seed(0)
+    model_path = str(tmp_path / "ppo_atari_envpool.cleanrl_model")
+    args = {"env_id": "Pong-v5", "max_episode_steps": 27_000, "channels_last": "off", "precision": "fp32"}
+    torch.save({"script": "ppo_atari_envpool", "args": args, "model_state_dict": ppo_atari.Agent(6).state_dict()}, model_path)
+    command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1000"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    ready, _, _ = select.select([process.stdout], [], [], 60)
+    if not ready:
+        process.kill()
+        raise AssertionError(f"no line within 60 s: {process.communicate()}")
+    assert process.stdout.readline() == "playing 1,000 episodes, 32 at a time\n"
+    process.send_signal(signal.SIGTERM)  # 32 Pong games take minutes: the first round is under way
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert stderr == "\nSIGTERM: cleanrl_utils.evaluate stopped; 0 of 1,000 episodes played\n", stderr
 
 
 def test_a_model_that_does_not_fit_its_script_gives_one_line(tmp_path):
