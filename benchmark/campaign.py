@@ -347,6 +347,9 @@ def main() -> None:
     exit_tool_on_signals("benchmark/campaign.py")
     LEFT_BEHIND.append("finished runs keep their records; the next start continues the stopped one from its last checkpoint")
     args = tyro.cli(CampaignArgs)
+    # its runs and their evaluations start in the repo's root: a relative folder is the user's, from here (trial 29:
+    # time_to_score's runs went under the repo while it read the folder the user meant)
+    args.runs_dir, args.results_dir = os.path.abspath(args.runs_dir), os.path.abspath(args.results_dir)
     if args.slice not in SLICES:
         sys.exit(f"error: --slice {args.slice!r} is not a slice; the slices are {', '.join(SLICES)}")
     if not 0 <= args.seeds <= MAX_SEEDS:  # trial 14: --seeds 10^9 built a plan of 3e9 runs before a line

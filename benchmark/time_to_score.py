@@ -83,6 +83,9 @@ def games_so_far(log_dir: str, launched: float) -> tuple[np.ndarray, np.ndarray,
 def main() -> None:
     exit_tool_on_signals("benchmark/time_to_score.py")  # a stop ends its run and writes no record: one line
     args = tyro.cli(TimeToScoreArgs)
+    # the run starts in the repo's root: a relative folder is the user's, from here (trial 29: the run went to
+    # <repo>/tts/runs while the tool read ./tts/runs, and recorded 0 steps and 0 games with exit 0)
+    args.runs_dir, args.results_dir = os.path.abspath(args.runs_dir), os.path.abspath(args.results_dir)
     script_path = os.path.join(REPO, "cleanrl", f"{args.script}.py")
     if not os.path.isfile(script_path):
         sys.exit(f"error: --script {args.script!r} is not a script under cleanrl/ (cleanrl/{args.script}.py is missing)")

@@ -541,13 +541,14 @@ def test_time_to_score_stops_a_real_run_at_its_target_and_the_results_page_shows
     """PQN on real Pong, 1 env: the target -21 over the last 2 games is met by the 2nd game (every point lost). The
     driver stops the run there with a Ctrl-C (the run saves a checkpoint), and its record holds every game the run
     logged (read back from the events by brute force), the step and minute of the 2nd game, and the stop reason.
-    The results command then fills a results-time section with its row and curve."""
+    The results command then fills a results-time section with its row and curve. Its folders are given relative
+    to the user's folder (trial 29: the run went under the repo, where it starts, and the record read 0 games)."""
     results, runs = tmp_path / "results", tmp_path / "runs"
     command = [sys.executable, os.path.join(REPO, "benchmark", "time_to_score.py"), "--script", "pqn_atari_envpool"]
     command += ["--window", "2", "--target", "-21", "--minutes", "4", "--poll-seconds", "2"]
-    command += ["--results-dir", str(results), "--runs-dir", str(runs)]
+    command += ["--results-dir", "results", "--runs-dir", "runs"]
     command += ["--script-args=--total-timesteps 50000 --num-envs 1 --num-steps 128 --torch-threads 1"]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=280)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=280)
     assert result.returncode == 0, result.stdout + result.stderr
     record = json.loads((results / "time_to_score" / "pqn_atari_envpool__Pong-v5__1.json").read_text())
     (run_dir,) = [str(path) for path in (runs / "pqn_atari_envpool__Pong-v5__1").iterdir() if path.is_dir()]
