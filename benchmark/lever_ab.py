@@ -89,6 +89,14 @@ def main() -> None:
             f"error: --steps {args.steps} must be more than --from-step {args.from_step} + 1000 (the SPS window), "
             "and --from-step >= 0"
         )
+    # The runs log charts/SPS every 1,000 steps (1,000, 2,000, ...): the window needs two of those points (trial 29:
+    # --steps 1400 --from-step 300 held one, and a ZeroDivisionError traceback came after both runs)
+    first_point = -(-max(args.from_step, 1) // 1000) * 1000
+    if args.steps < first_point + 1000:
+        sys.exit(
+            f"error: --steps {args.steps} from --from-step {args.from_step} holds fewer than two of the SPS points the "
+            f"runs log every 1,000 steps (the first at {first_point:,}): give --steps {first_point + 1000} or more"
+        )
     # checked with the run's own --total-timesteps (trial 13, Q1: a --learning-starts past it passed, then failed a run)
     fixed = [*SETTINGS[args.script], "--total-timesteps", str(args.steps)]
     parsed = [parsed_value(args.script, [*fixed, f"--{args.flag}", value]) for value in args.values]

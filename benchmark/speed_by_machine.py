@@ -122,6 +122,10 @@ def learning_sps(run_dir: str, from_step: int) -> float:
     events = EventAccumulator(glob.glob(os.path.join(run_dir, "*", "events*"))[0], size_guidance={"scalars": 0})
     events.Reload()
     points = [(e.step, e.wall_time) for e in events.Scalars("charts/SPS") if e.step >= from_step]
+    if len(points) < 2 or points[-1][1] <= points[0][1]:  # trial 29: one point was a ZeroDivisionError traceback
+        sys.exit(
+            f"error: the run in {run_dir} logged charts/SPS {len(points)} time(s) from step {from_step:,} on: the speed needs two; give it more steps"
+        )
     (s0, t0), (s1, t1) = points[0], points[-1]
     return (s1 - s0) / (t1 - t0)
 

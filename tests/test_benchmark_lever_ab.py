@@ -18,6 +18,11 @@ from helpers import REPO
         (["--flag", "channels-last", "--values", "on", "maybe"], ["refuses --channels-last maybe", "'maybe'"]),
         (["--flag", "channel-last", "--values", "on", "off"], ["refuses --channel-last on", "--channels-last"]),
         (["--flag", "channels-last", "--values", "on", "off", "--steps", "100"], ["--steps 100 must be more than"]),
+        # trial 29: one SPS point in the window (1,000), and a ZeroDivisionError traceback after both runs
+        (
+            ["--flag", "channels-last", "--values", "on", "off", "--steps", "1400", "--from-step", "300"],
+            ["--steps 1400 from --from-step 300 holds fewer than two of the SPS points", "give --steps 2000 or more"],
+        ),
         # trial 12, P1: a value the script's own checks refuse was found only after the other value's full run
         (["--flag", "torch-threads", "--values", "0", "100000"], ["refuses --torch-threads 100000", "must be in 0.."]),
         (["--flag", "torch-threads", "--values", "1", "-3"], ["refuses --torch-threads -3", "must be in 0.."]),
