@@ -32,6 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run as `python benchmark/time_to_score.py` from anywhere
 from cleanrl_utils.plot import load_runs  # noqa: E402
 from cleanrl_utils.results import cpu_description  # noqa: E402
+from cleanrl_utils.run import check_writable_dir  # noqa: E402
 from cleanrl_utils.stop import CHILDREN, LEFT_BEHIND, exit_tool_on_signals  # noqa: E402
 
 
@@ -86,6 +87,10 @@ def main() -> None:
     # the run starts in the repo's root: a relative folder is the user's, from here (trial 29: the run went to
     # <repo>/tts/runs while the tool read ./tts/runs, and recorded 0 steps and 0 games with exit 0)
     args.runs_dir, args.results_dir = os.path.abspath(args.runs_dir), os.path.abspath(args.results_dir)
+    # both before the run (trial 29: a --results-dir that was a file, or under /proc, was a traceback after the whole
+    # run, and the measure was lost)
+    check_writable_dir(args.results_dir, "--results-dir", keep=False)
+    check_writable_dir(args.runs_dir, "--runs-dir", keep=False)
     script_path = os.path.join(REPO, "cleanrl", f"{args.script}.py")
     if not os.path.isfile(script_path):
         sys.exit(f"error: --script {args.script!r} is not a script under cleanrl/ (cleanrl/{args.script}.py is missing)")
@@ -141,7 +146,11 @@ def main() -> None:
     steps, seconds, returns = games_so_far(log_dir, launched)
     means = window_means(returns, args.window)
     if stop_reason is None and code != 0:
-        sys.exit(f"error: the run exited {code} before the target or the cap; its log: {log_dir}/train.log")
+        with open(os.path.join(log_dir, "train.log"), errors="replace") as log:  # the script's own last line says why
+            said = ([line.strip() for line in log if line.strip()] or ["(nothing)"])[-1]
+        sys.exit(
+            f"error: the run exited {code} before the target or the cap, saying: {said[:500]}; its log: {log_dir}/train.log"
+        )
     finite = means[np.isfinite(means)]
     record = {
         "script": args.script,

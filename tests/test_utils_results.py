@@ -613,6 +613,26 @@ def test_time_to_score_cuda_without_a_gpu_is_one_line_and_leaves_nothing(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_time_to_score_checks_its_folders_before_the_run_and_says_why_a_run_failed(tmp_path):
+    """Trial 29: a --results-dir that was a file was a NotADirectoryError traceback after the whole run (the measure
+    lost); a run the script refused said only "exited 1; its log: ...". Now the folders are checked first, and the
+    script's own line is in the tool's."""
+    (tmp_path / "afile").write_text("")
+    command = [sys.executable, os.path.join(REPO, "benchmark", "time_to_score.py"), "--script", "pqn_atari_envpool"]
+    result = subprocess.run(
+        [*command, "--results-dir", str(tmp_path / "afile"), "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stdout == "" and len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("error: --results-dir ") and not (tmp_path / "runs").exists()
+    command += ["--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"), "--script-args=--num-envs 0"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(
+        "error: the run exited 1 before the target or the cap, saying: error: --num-envs must be a positive integer, got 0;"
+    ), result.stderr
+
+
 def test_a_committing_campaign_regenerates_the_pages_and_leaves_an_edited_page_out(tmp_path, capsys):
     """Trial 10, D1: a campaign committed records while the pages' tables stayed as the last manual regeneration
     left them. With --commit it now regenerates them and commits them with the record; a page with uncommitted
