@@ -10,7 +10,7 @@ a loop doing nothing but the script's network arithmetic would reach. Where it i
 to the loop meets the goal; only less or faster arithmetic does (bf16, where the machine computes it natively).
 
     ONEDNN_MAX_CPU_ISA=AVX2 python benchmark/network_share.py --only c51_atari_envpool,sac_atari_envpool
-    python benchmark/network_share.py --only c51_atari_envpool --steps 3000     # a shorter run
+    python benchmark/network_share.py --only c51_atari_envpool --steps 4000     # a shorter run
 
 Run it on a quiet machine (pause background runs): the figures are times."""
 
@@ -71,6 +71,11 @@ def run(command: list[str], run_dir: str, profiled: bool) -> subprocess.Complete
     return result
 
 
+def fewest_steps(row) -> int:
+    """The shortest run that measures `row`: a learning phase past its from-step, with SPS logged every 1,000 steps."""
+    return max(row.from_step, learning_starts(row.command)) + 1024
+
+
 def measure(row, steps: int, log_dir: str) -> dict[str, dict]:
     figures = {}
     for side, command in (("reference", row.reference), ("script", row.command)):
@@ -110,7 +115,7 @@ def main() -> None:
     if args.steps < 0:
         sys.exit(f"error: --steps must be 0 (each row's own budget) or a positive number of env steps, got {args.steps}")
     for name in names:  # every budget checked before anything is printed or run (trial 20)
-        fewest = max(rows[name].from_step, learning_starts(rows[name].command)) + 1024  # SPS is logged every 1,000 steps
+        fewest = fewest_steps(rows[name])
         if (args.steps or rows[name].steps) < fewest:
             sys.exit(f"error: --steps {args.steps} leaves too little learning phase for {name} (at least {fewest})")
     model, isa = cpu_model_and_isa()

@@ -58,6 +58,27 @@ def test_network_share_bad_input_is_one_line_before_anything_runs(tmp_path):
         assert result.stdout == "" and not (tmp_path / "runs").exists()  # trial 20: the table's header came first
 
 
+def test_the_commands_in_network_shares_docstring_pass_its_checks():
+    """Trial 29: the docstring's "shorter run", --steps 3000, was refused (at least 3024): advice that did not work."""
+    import importlib.util
+    import re
+    import shlex
+
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    spec = importlib.util.spec_from_file_location("network_share", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = {row.script: row for row in module.ROWS if row.command[0].endswith(".py")}
+    commands = [shlex.split(line.split("#")[0]) for line in module.__doc__.splitlines() if "network_share.py" in line]
+    assert len(commands) == 2
+    for words in commands:
+        only = words[words.index("--only") + 1].split(",")
+        steps = int(words[words.index("--steps") + 1]) if "--steps" in words else 0
+        for name in only:
+            assert name in rows and (steps or rows[name].steps) >= module.fewest_steps(rows[name]), (words, name)
+    assert re.search(r"--steps \d+", module.__doc__)
+
+
 @pytest.mark.parametrize(
     "flags, expected",
     [  # trial 19, W6: ZeroDivisionError and IndexError tracebacks; --repeats -3 printed negative times with exit 0
