@@ -305,7 +305,7 @@ def test_a_full_disk_under_a_snapshot_model_says_what_the_run_keeps_and_leaves_n
     import torch
 
     from cleanrl_utils.checkpoint import save_torch
-    from cleanrl_utils.stop import FRESH_RUN_FOLDER, LOOP_PROGRESS
+    from cleanrl_utils.stop import COMPLETED_SAVES, FRESH_RUN_FOLDER, LOOP_PROGRESS
 
     def snapshot_on_a_full_disk(path: str) -> str:
         os.symlink("/dev/full", path + ".tmp")  # every write to the file being written fails as on a full disk
@@ -315,8 +315,11 @@ def test_a_full_disk_under_a_snapshot_model_says_what_the_run_keeps_and_leaves_n
     run_dir = stub / "runs" / "CartPole-v1__ppo__1__1"
     (run_dir / "videos" / "iteration-2").mkdir(parents=True)
     (run_dir / "videos" / "iteration-2" / "eval-episode-0.mp4").write_bytes(b"an earlier video")
-    FRESH_RUN_FOLDER[:] = [str(run_dir)]  # a fresh run, no checkpoint saved yet, 25 iterations logged
-    LOOP_PROGRESS[:] = [25]
+    # a fresh run, no checkpoint saved yet, 25 of its 100 iterations logged (this worker's earlier tests may have
+    # saved in this process: a module's runs made in-process; put back after the test)
+    FRESH_RUN_FOLDER[:] = [str(run_dir)]
+    LOOP_PROGRESS[:] = [25, 100]
+    COMPLETED_SAVES.clear()
     with pytest.raises(SystemExit) as stopped:
         VideoJobs(str(run_dir), snapshot_on_a_full_disk).film(26)
     model = run_dir / "videos" / "iteration-26" / "model.cleanrl_model"
