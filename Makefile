@@ -12,7 +12,8 @@ EXTRAS ?= jax,mujoco,plot,video,dev
 # more flags for `make run`, after Pong's: a later --env-id wins, so a budget alone still trains Pong
 RUN_ARGS ?=
 # The suite runs on 2 pytest-xdist workers: most tests train in one thread, so one worker leaves a core idle. Tests
-# of one file share a worker (--dist loadfile): their module-scoped training runs are set up once. Tests marked
+# of one file share a worker (--dist loadfile): their module-scoped training runs are set up once. The longest files
+# go first (--no-loadscope-reorder keeps tests/conftest.py's order), so the workers end together. Tests marked
 # idle_cores measure the machine's load, so they run afterwards, alone.
 TEST_WORKERS ?= 2
 
@@ -31,7 +32,7 @@ run: $(VENV)/.installed
 	$(PY) cleanrl/ppo_atari_envpool.py --env-id Pong-v5 $(RUN_ARGS)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m 'not idle_cores' tests $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m 'not idle_cores' tests $(PYTEST_ARGS)
 	$(PY) -m pytest -m idle_cores tests $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed

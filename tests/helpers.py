@@ -16,26 +16,74 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_script(script: str, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run `cleanrl/<script>.py` in a subprocess with the current interpreter."""
+    """Run `cleanrl/<script>.py` as `python <script> <args>` with the current interpreter, in REPO: its exit code, and
+    its stdout and stderr as text. A run in the worker's own environment is a fork of the worker's warm interpreter
+    (tests/forked_runs.py: the imports paid once); a run in any other environment is a fresh process."""
+    command = [sys.executable, os.path.join(REPO, "cleanrl", f"{script}.py"), *args]
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, os.path.join(REPO, "cleanrl", f"{script}.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-        cwd=REPO,
-    )
+    if full_env == dict(os.environ) and WARM_INTERPRETER["env"] in (None, full_env):
+        return forked_run(command, timeout)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
+
+
+# The pytest worker's warm interpreter (tests/forked_runs.py), started on its first run, and the environment it was
+# started in: a run forked from it has that environment.
+WARM_INTERPRETER = {"process": None, "env": None}
+
+
+def warm_interpreter() -> subprocess.Popen:
+    process = WARM_INTERPRETER["process"]
+    if process is None or process.poll() is not None:
+        command = [sys.executable, os.path.join(REPO, "tests", "forked_runs.py")]
+        env = dict(os.environ)
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=REPO, env=env)
+        assert "ready" in read_reply(process, timeout=300)
+        WARM_INTERPRETER.update(process=process, env=env)
+    return process
+
+
+def read_reply(process: subprocess.Popen, timeout: float) -> dict | None:
+    """The warm interpreter's next JSON line, or None if none came within `timeout` seconds. Byte by byte from an
+    unbuffered pipe: no reply waits in a Python buffer while select() sees an empty pipe."""
+    deadline, line = time.monotonic() + timeout, b""
+    while not line.endswith(b"\n"):
+        ready, _, _ = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return None
+        byte = process.stdout.read(1)
+        assert byte, "the warm interpreter (tests/forked_runs.py) ended"
+        line += byte
+    return json.loads(line)
+
+
+def forked_run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`command` (the interpreter, a script, its arguments) run as a fork of the warm interpreter; on `timeout` the
+    run is killed and subprocess.TimeoutExpired raised, as subprocess.run does."""
+    process = warm_interpreter()
+    with tempfile.NamedTemporaryFile() as out, tempfile.NamedTemporaryFile() as err:
+        request = {"script": command[1], "args": command[2:], "stdout": out.name, "stderr": err.name}
+        process.stdin.write(json.dumps(request).encode() + b"\n")
+        pid = read_reply(process, timeout=60)["pid"]
+        reply = read_reply(process, timeout)
+        if reply is None:
+            os.kill(pid, signal.SIGKILL)
+            read_reply(process, timeout=60)
+        # decoded as subprocess.run(text=True) does: the locale's encoding, universal newlines ("\r" -> "\n")
+        stdout, stderr = (open(file.name).read() for file in (out, err))
+    if reply is None:
+        raise subprocess.TimeoutExpired(command, timeout, output=stdout, stderr=stderr)
+    return subprocess.CompletedProcess(command, reply["returncode"], stdout, stderr)
 
 
 def run_script_cases(
     script: str, cases: list[list[str]], timeout: float = 600, folder: str = "cleanrl"
 ) -> list[subprocess.CompletedProcess]:
     """The outcome of `python <folder>/<script>.py *case` for each case (exit code, stdout, stderr), all run in one
-    interpreter by tests/script_cases.py: a bad-input test file pays the imports once, not once per case."""
+    interpreter by tests/script_cases.py: a bad-input test file pays the imports once, not once per case (and that
+    interpreter is a fork of the warm one: not even once)."""
     script_path = os.path.join(REPO, folder, f"{script}.py")
     command = [sys.executable, os.path.join(REPO, "tests", "script_cases.py"), script_path, json.dumps(cases)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    result = forked_run(command, timeout)
     assert result.returncode == 0, result.stderr[-3000:]
     outcomes = json.loads(result.stdout.strip().splitlines()[-1])
     return [subprocess.CompletedProcess(case, **outcome) for case, outcome in zip(cases, outcomes)]
