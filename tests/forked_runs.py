@@ -14,7 +14,7 @@ worker's, and helpers.run_script starts a real process for any run whose environ
 MuJoCo (MUJOCO_GL is read on import) nor anything that starts work: numpy's OpenBLAS threads are re-made after a
 fork, torch's and JAX's pools are made on first use, in the child.
 
-Protocol, one JSON line each way: {"script", "args", "stdout", "stderr"} in; {"pid"} out when the child starts,
+Protocol, one JSON line each way: {"argv", "env", "stdout", "stderr"} in; {"pid"} out when the child starts,
 then {"returncode"} (negative: killed by that signal, as subprocess reports it) when it ends."""
 
 import gc
@@ -40,18 +40,26 @@ import cleanrl_utils.stop  # noqa: F401
 
 
 def become_the_run(request: dict) -> None:
-    """In the forked child: set up as `python <script> <args>` with its output in the given files, run it; returns
-    only if the script ends without a SystemExit, and then the child exits 0 through the top of the file."""
+    """In the forked child: set up as `python <argv>` (a script and its arguments, `-m module ...` or `-c code ...`)
+    with its output in the given files and `env` added to the environment (variables read at run time only), and run
+    it; returns only if it ends without a SystemExit, and then the child exits 0 through the top of the file."""
     null = os.open(os.devnull, os.O_RDONLY)
     out = os.open(request["stdout"], os.O_WRONLY)
     err = os.open(request["stderr"], os.O_WRONLY)
     for descriptor, target in ((null, 0), (out, 1), (err, 2)):
         os.dup2(descriptor, target)
         os.close(descriptor)
-    script = request["script"]
-    sys.argv = [script, *request["args"]]
-    sys.path[0] = os.path.dirname(script)  # as `python script.py` puts the script's folder first
-    runpy.run_path(script, run_name="__main__")
+    os.environ.update(request["env"])
+    argv = request["argv"]
+    if argv[0] == "-m":  # as `python -m`: the current folder first on the path, the module's file as argv[0]
+        sys.argv, sys.path[0] = [argv[1], *argv[2:]], os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    elif argv[0] == "-c":  # as `python -c`: "" first on the path, run in __main__'s namespace
+        sys.argv, sys.path[0] = ["-c", *argv[2:]], ""
+        exec(compile(argv[1], "<string>", "exec"), vars(sys.modules["__main__"]))
+    else:  # as `python script.py`: the script's folder first on the path
+        sys.argv, sys.path[0] = list(argv), os.path.dirname(argv[0])
+        runpy.run_path(argv[0], run_name="__main__")
 
 
 def serve() -> None:

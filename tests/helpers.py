@@ -18,13 +18,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_script(script: str, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `cleanrl/<script>.py` as `python <script> <args>` with the current interpreter, in REPO: its exit code, and
-    its stdout and stderr as text. A run in the worker's own environment is a fork of the worker's warm interpreter
-    (tests/forked_runs.py: the imports paid once); a run in any other environment is a fresh process."""
-    command = [sys.executable, os.path.join(REPO, "cleanrl", f"{script}.py"), *args]
+    its stdout and stderr as text."""
+    return run_python([os.path.join(REPO, "cleanrl", f"{script}.py"), *args], env=env, timeout=timeout)
+
+
+# Environment variables that only a run reads, as it runs: a run given one still forks the warm interpreter
+RUN_TIME_VARIABLES = {"MARKED_FRAMES_LAG"}
+
+
+def run_python(args: list[str], env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python *args` (a script and its arguments, `-m module ...` or `-c code ...`) in REPO, as subprocess.run with
+    capture_output and text gives it. A run in the worker's own environment (give or take RUN_TIME_VARIABLES) is a
+    fork of the worker's warm interpreter (tests/forked_runs.py: the imports paid once); any other is a fresh process."""
     full_env = {**os.environ, **(env or {})}
-    if full_env == dict(os.environ) and WARM_INTERPRETER["env"] in (None, full_env):
-        return forked_run(command, timeout)
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
+    changes = {key: value for key, value in full_env.items() if os.environ.get(key) != value}
+    if set(changes) <= RUN_TIME_VARIABLES and WARM_INTERPRETER["env"] in (None, dict(os.environ)):
+        return forked_run([sys.executable, *args], timeout, changes)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
 
 
 # The pytest worker's warm interpreter (tests/forked_runs.py), started on its first run, and the environment it was
@@ -68,12 +78,12 @@ def read_reply(process: subprocess.Popen, timeout: float) -> dict | None:
     return json.loads(line)
 
 
-def forked_run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """`command` (the interpreter, a script, its arguments) run as a fork of the warm interpreter; on `timeout` the
-    run is killed and subprocess.TimeoutExpired raised, as subprocess.run does."""
+def forked_run(command: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`command` (the interpreter and its arguments) run as a fork of the warm interpreter, with `env` added to its
+    environment; on `timeout` the run is killed and subprocess.TimeoutExpired raised, as subprocess.run does."""
     process = warm_interpreter()
     with tempfile.NamedTemporaryFile() as out, tempfile.NamedTemporaryFile() as err:
-        request = {"script": command[1], "args": command[2:], "stdout": out.name, "stderr": err.name}
+        request = {"argv": command[1:], "env": env or {}, "stdout": out.name, "stderr": err.name}
         process.stdin.write(json.dumps(request).encode() + b"\n")
         pid = read_reply(process, timeout=60)["pid"]
         reply = read_reply(process, timeout)
@@ -118,8 +128,7 @@ def run_on_marked_frames(script: str, *args: str, lag: int = 0, timeout: float =
     """`run_script` on marked Atari frames: the learning task the Atari scripts' learning tests use; `lag` > 0 is
     the memory task (tests/marked_frames.py)."""
     command = [*marked_frames_command(os.path.join(REPO, "cleanrl", f"{script}.py")), *args]
-    env = {**os.environ, "MARKED_FRAMES_LAG": str(lag)}
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+    return run_python(command[1:], env={"MARKED_FRAMES_LAG": str(lag)}, timeout=timeout)
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess, fragments: list[str], ignore_warnings: bool = False) -> None:
@@ -217,8 +226,7 @@ def run_interrupted(script: str, args: list[str], log_dir, process_group: bool =
 def evaluate_cli_returns(model_path: str, *flags: str) -> list[float]:
     """`python -m cleanrl_utils.evaluate --model-path MODEL FLAGS` run from the repository as a user would; the
     per-episode returns it printed (the run must exit 0)."""
-    command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, *flags]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = run_python(["-m", "cleanrl_utils.evaluate", "--model-path", model_path, *flags], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return [float(line.split("return ")[1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
 

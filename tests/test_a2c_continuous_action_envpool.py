@@ -4,14 +4,13 @@ through the command line, bad input. Its GAE, normalisers and masking are the PP
 
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
 from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
-from helpers import REPO, assert_one_error_line, evaluate_cli_returns, only_run_dir, read_scalars, run_script
+from helpers import assert_one_error_line, evaluate_cli_returns, only_run_dir, read_scalars, run_python, run_script
 
 import cleanrl.a2c_continuous_action_envpool as a2c
 from cleanrl.a2c_continuous_action_envpool import Agent, Args, a2c_loss, validate_args
@@ -188,7 +187,7 @@ def test_kept_checkpoints_evaluate_one_by_one_and_name_the_best(pendulum_run):
     assert all(torch.equal(last["model_state_dict"][k], v) for k, v in states[-1]["model_state_dict"].items())
     assert not torch.equal(states[0]["model_state_dict"]["actor_logstd"], states[-1]["model_state_dict"]["actor_logstd"])
     command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", pendulum_run, "--episodes", "2", "--greedy"]
-    result = subprocess.run(command + EVAL_FLAGS, capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = run_python(command[1:] + EVAL_FLAGS, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     means = {int(line.split()[1][:-1].replace(",", "")): float(line.split()[-3]) for line in lines[:-1]}

@@ -4,7 +4,6 @@ stores, checked against Pendulum's dynamics), short real runs (tags, determinism
 the saved model played by cleanrl_utils.evaluate, and bad input."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -20,7 +19,7 @@ from deterministic_actor_family import (  # noqa: F401 (shared tests and fixture
     test_same_seed_gives_identical_losses,
     test_the_env_executes_the_stored_action_inside_the_bounds,
 )
-from helpers import REPO, assert_one_error_line, one_line_exit, only_run_dir, read_scalars, run_script
+from helpers import assert_one_error_line, one_line_exit, only_run_dir, read_scalars, run_python, run_script
 
 from cleanrl.ddpg_continuous_action_envpool import (
     Actor,
@@ -156,9 +155,7 @@ def test_saved_model_evaluates_the_actor_without_noise(short_runs):
     the saved actor by hand in make_env's envs (same seed, one episode per env)."""
     model_path = os.path.join(short_runs[0][0], f"{SCRIPT}.cleanrl_model")
     command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "2", "--seed", "5"]
-    result = subprocess.run(
-        [*command, "--no-cuda", "--torch-threads", "1"], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
+    result = run_python([*command[1:], "--no-cuda", "--torch-threads", "1"], timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[2].startswith("mean return over 2 episodes: ")

@@ -6,7 +6,6 @@ determinism, exact resume with the buffer, resume without it, and bad input."""
 import io
 import os
 import shutil
-import subprocess
 import sys
 
 import gymnasium as gym
@@ -16,13 +15,13 @@ import torch
 import torch.nn as nn
 from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
 from helpers import (
-    REPO,
     assert_one_error_line,
     decoded_video,
     folder_state,
     one_line_exit,
     only_run_dir,
     read_scalars,
+    run_python,
     run_script,
 )
 
@@ -256,7 +255,7 @@ def test_evaluate_cli_films_an_episode(cartpole_run, tmp_path):
     model_path = os.path.join(cartpole_run, f"{SCRIPT}.cleanrl_model")
     command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
     command += ["--greedy", "--capture-video", "--video-dir", str(tmp_path), "--no-cuda"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = run_python(command[1:], timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "episode 0: return" in result.stdout and "mean return over 1 episode" in result.stdout
     decoded_video(str(tmp_path / "eval-episode-0.mp4"))

@@ -6,7 +6,6 @@ test_off_policy_replay.py."""
 
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -14,7 +13,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
-from helpers import REPO, assert_one_error_line, decoded_video, only_run_dir, read_scalars, run_interrupted, run_script
+from helpers import (
+    assert_one_error_line,
+    decoded_video,
+    only_run_dir,
+    read_scalars,
+    run_interrupted,
+    run_python,
+    run_script,
+)
 
 from cleanrl.sac_continuous_action_envpool import Actor, EntropyCoefficient, QNetworks, actor_loss, critic_loss
 
@@ -158,7 +165,7 @@ def test_evaluate_cli_films_an_episode(pendulum_run, tmp_path):
     model_path = os.path.join(pendulum_run, f"{SCRIPT}.cleanrl_model")
     command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "1"]
     command += ["--capture-video", "--video-dir", str(tmp_path), "--no-cuda"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = run_python(command[1:], timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "mean return over 1 episode" in result.stdout
     decoded_video(str(tmp_path / "eval-episode-0.mp4"))

@@ -4,7 +4,6 @@ buffer stores, checked against Pendulum's dynamics), short real runs (tags, dete
 the buffer, a Pendulum learning run whose saved model evaluates, and bad input."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -20,7 +19,7 @@ from deterministic_actor_family import (  # noqa: F401 (shared tests and fixture
     test_same_seed_gives_identical_losses,
     test_the_env_executes_the_stored_action_inside_the_bounds,
 )
-from helpers import REPO, assert_one_error_line, one_line_exit, read_scalars, run_script
+from helpers import assert_one_error_line, one_line_exit, read_scalars, run_python, run_script
 
 from cleanrl.td3_continuous_action_envpool import Actor, Args, QNetworks, actor_loss, critic_loss, td_target, validate_args
 
@@ -189,9 +188,7 @@ def test_pendulum_learns(pendulum_run):
 def test_saved_model_evaluates_deterministically(pendulum_run):
     model_path = os.path.join(pendulum_run, f"{SCRIPT}.cleanrl_model")
     command = [sys.executable, "-m", "cleanrl_utils.evaluate", "--model-path", model_path, "--episodes", "2"]
-    result = subprocess.run(
-        [*command, "--no-cuda", "--torch-threads", "1"], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
+    result = run_python([*command[1:], "--no-cuda", "--torch-threads", "1"], timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("episode 0: return") and lines[1].startswith("episode 1: return")
