@@ -632,7 +632,7 @@ class StopAfterIteration:
     signal is not announced (under torchrun every process gets the terminal's Ctrl-C; process 0 alone says it)."""
 
     def __init__(self, quiet: bool = False):
-        self.requested, self.quiet, self.saves_before, self.first_at = False, quiet, 0, 0.0
+        self.requested, self.quiet, self.saves_before, self.first_at, self.first_signum = False, quiet, 0, 0.0, 0
         # Which signal this is, taken in one C call. A signal that lands while this handler runs runs its own call of
         # the handler to the end first, at the next bytecode (trial 12: one forwarded Ctrl-C printed the stopping
         # line twice, when its copy landed between the `requested` check and the assignment). The count cannot be
@@ -658,18 +658,19 @@ class StopAfterIteration:
                 for path in COMPLETED_SAVES[self.saves_before :]
                 if re.fullmatch(r"checkpoint(-\d+)?\.pt", os.path.basename(path))
             ]
+            # "SIGTERM again", or "Ctrl-C after SIGTERM" (trial 29: a Ctrl-C after a SIGTERM read "Ctrl-C again")
+            second = SIGNAL_NAMES[signum] + (
+                " again" if signum == self.first_signum else f" after {SIGNAL_NAMES[self.first_signum]}"
+            )
             if saved and not removed:  # the stop's own checkpoint is whole: only what came after it is cut short
                 _say(
-                    f"{SIGNAL_NAMES[signum]} again: stopped at once; the checkpoint written after the first signal is "
+                    f"{second}: stopped at once; the checkpoint written after the first signal is "
                     f"whole: {saved[-1]} (continue with --resume {shlex.quote(saved[-1])}){filming}"
                 )
                 _exit_now(128 + signum)
-            _say(
-                f"{SIGNAL_NAMES[signum]} again: aborted without saving ({removed}a checkpoint written before, if any, "
-                f"stays valid){filming}"
-            )
+            _say(f"{second}: aborted without saving ({removed}a checkpoint written before, if any, stays valid){filming}")
             _exit_now(128 + signum)
-        self.saves_before = len(COMPLETED_SAVES)
+        self.saves_before, self.first_signum = len(COMPLETED_SAVES), signum
         PENDING_STOP.append(signum)
         self.requested = True
         self.first_at = time.monotonic()
