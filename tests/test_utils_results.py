@@ -132,11 +132,13 @@ def test_a_run_that_cannot_continue_from_its_checkpoint_starts_again(tmp_path, c
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_to_the_campaign_ends_its_run_with_one_line(tmp_path, signum):
     """Trial 28: SIGTERM or SIGHUP killed the campaign and left its dqn.py training on alone; a Ctrl-C was reported
-    as "failed: did not finish" with exit 1. A real dqn-classic run, stopped once it trains."""
-    command = [sys.executable, "benchmark/campaign.py", "--slice", "dqn-classic", "--seeds", "1"]
-    command += ["--only-env", "CartPole-v1", "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path)]
-    campaign = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    log = tmp_path / "dqn" / "CartPole-v1__1" / "train.log"
+    as "failed: did not finish" with exit 1. A real dqn-classic run, stopped once it trains. Its folders are given
+    relative to the user's folder (trial 29: the run went under the repo, where it starts, and the finished run's
+    record was lost to a traceback)."""
+    command = [sys.executable, os.path.join(REPO, "benchmark", "campaign.py"), "--slice", "dqn-classic", "--seeds", "1"]
+    command += ["--only-env", "CartPole-v1", "--results-dir", "results", "--runs-dir", "runs"]
+    campaign = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    log = tmp_path / "runs" / "dqn" / "CartPole-v1__1" / "train.log"
     deadline = time.time() + 120
     while not (log.exists() and "run folder:" in log.read_text()) and time.time() < deadline:
         time.sleep(0.1)
@@ -150,6 +152,7 @@ def test_a_signal_to_the_campaign_ends_its_run_with_one_line(tmp_path, signum):
         "next start continues the stopped one from its last checkpoint"
     )
     assert not os.path.exists(f"/proc/{training}")  # ended and waited for, not left training alone
+    assert list((tmp_path / "runs" / "dqn" / "CartPole-v1__1").glob("CartPole-v1__dqn__1__*"))  # the run's folder
 
 
 def test_the_campaign_skips_finished_runs(tmp_path):
