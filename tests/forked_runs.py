@@ -41,7 +41,8 @@ import cleanrl_utils.stop  # noqa: F401
 
 def become_the_run(request: dict) -> None:
     """In the forked child: set up as `python <argv>` (a script and its arguments, `-m module ...` or `-c code ...`)
-    with its output in the given files and `env` added to the environment (variables read at run time only), and run
+    with its output in the given files and `env` as its environment (which differs from this process's only in
+    variables read at run time: helpers.run_python), and run
     it; returns only if it ends without a SystemExit, and then the child exits 0 through the top of the file."""
     null = os.open(os.devnull, os.O_RDONLY)
     out = os.open(request["stdout"], os.O_WRONLY)
@@ -49,6 +50,7 @@ def become_the_run(request: dict) -> None:
     for descriptor, target in ((null, 0), (out, 1), (err, 2)):
         os.dup2(descriptor, target)
         os.close(descriptor)
+    os.environ.clear()
     os.environ.update(request["env"])
     argv = request["argv"]
     if argv[0] == "-m":  # as `python -m`: the current folder first on the path, the module's file as argv[0]

@@ -22,8 +22,9 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
     return run_python([os.path.join(REPO, "cleanrl", f"{script}.py"), *args], env=env, timeout=timeout)
 
 
-# Environment variables that only a run reads, as it runs: a run given one still forks the warm interpreter
-RUN_TIME_VARIABLES = {"MARKED_FRAMES_LAG"}
+# Environment variables that only a run reads, as it runs (pytest sets PYTEST_CURRENT_TEST anew for each test): a run
+# whose environment differs from the worker's in these alone still forks the warm interpreter
+RUN_TIME_VARIABLES = {"MARKED_FRAMES_LAG", "PYTEST_CURRENT_TEST"}
 
 
 def run_python(args: list[str], env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -31,22 +32,23 @@ def run_python(args: list[str], env: dict | None = None, timeout: float = 600) -
     capture_output and text gives it. A run in the worker's own environment (give or take RUN_TIME_VARIABLES) is a
     fork of the worker's warm interpreter (tests/forked_runs.py: the imports paid once); any other is a fresh process."""
     full_env = {**os.environ, **(env or {})}
-    changes = {key: value for key, value in full_env.items() if os.environ.get(key) != value}
-    if set(changes) <= RUN_TIME_VARIABLES and WARM_INTERPRETER["env"] in (None, dict(os.environ)):
-        return forked_run([sys.executable, *args], timeout, changes)
+    if all(full_env.get(key) == os.environ.get(key) for key in set(full_env) - RUN_TIME_VARIABLES):
+        return forked_run([sys.executable, *args], timeout, full_env)
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
 
 
-# The pytest worker's warm interpreter (tests/forked_runs.py), started on its first run, and the environment it was
-# started in: a run forked from it has that environment.
+# The pytest worker's warm interpreter (tests/forked_runs.py), and the environment it was started in, less the
+# RUN_TIME_VARIABLES: one the modules it imported may have read. It is started again when that environment changes.
 WARM_INTERPRETER = {"process": None, "env": None}
 
 
 def warm_interpreter() -> subprocess.Popen:
     process = WARM_INTERPRETER["process"]
-    if process is None or process.poll() is not None:
+    env = {key: value for key, value in os.environ.items() if key not in RUN_TIME_VARIABLES}
+    if process is None or process.poll() is not None or WARM_INTERPRETER["env"] != env:
+        if process is not None:
+            end_warm_interpreter(process)
         command = [sys.executable, os.path.join(REPO, "tests", "forked_runs.py")]
-        env = dict(os.environ)
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, cwd=REPO, env=env)
         assert "ready" in read_reply(process, timeout=300)
         WARM_INTERPRETER.update(process=process, env=env)
@@ -55,8 +57,10 @@ def warm_interpreter() -> subprocess.Popen:
 
 
 def end_warm_interpreter(process: subprocess.Popen) -> None:
-    """At the worker's exit: the warm interpreter reads the end of its input and ends; waited for, so that it is not
-    left behind and its CPU time counts as the suite's (`time make test`)."""
+    """At the worker's exit (or when it is replaced): the warm interpreter reads the end of its input and ends; waited
+    for, so that it is not left behind and its CPU time counts as the suite's (`time make test`)."""
+    if process.stdin.closed:
+        return
     process.stdin.close()
     try:
         process.wait(timeout=60)
@@ -79,11 +83,17 @@ def read_reply(process: subprocess.Popen, timeout: float) -> dict | None:
 
 
 def forked_run(command: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`command` (the interpreter and its arguments) run as a fork of the warm interpreter, with `env` added to its
-    environment; on `timeout` the run is killed and subprocess.TimeoutExpired raised, as subprocess.run does."""
+    """`command` (the interpreter and its arguments) run as a fork of the warm interpreter, in environment `env` (the
+    worker's if None; see run_python for which may differ); on `timeout` the run is killed and
+    subprocess.TimeoutExpired raised, as subprocess.run does."""
     process = warm_interpreter()
     with tempfile.NamedTemporaryFile() as out, tempfile.NamedTemporaryFile() as err:
-        request = {"argv": command[1:], "env": env or {}, "stdout": out.name, "stderr": err.name}
+        request = {
+            "argv": command[1:],
+            "env": dict(os.environ) if env is None else env,
+            "stdout": out.name,
+            "stderr": err.name,
+        }
         process.stdin.write(json.dumps(request).encode() + b"\n")
         pid = read_reply(process, timeout=60)["pid"]
         reply = read_reply(process, timeout)
