@@ -222,6 +222,11 @@ def read_attempts(log_dir: str) -> list[dict]:
         return []
 
 
+def count_attempts(attempts: list[dict]) -> int:
+    """The runs of the script among the entries (an entry after a pause continues the same run)."""
+    return sum(1 for one in attempts if not one.get("after_pause"))
+
+
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds a running process and the children it has waited for (its evaluators) have used so far."""
     with open(f"/proc/{pid}/stat") as file:
@@ -229,16 +234,22 @@ def process_cpu_seconds(pid: int) -> float:
     return sum(int(ticks) for ticks in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+# A gap this long between two heartbeats is the campaign stopped meanwhile (SIGSTOP, as the guide asks while
+# benchmarking), not training: it is left out of the run's wall-clock as the time between attempts is
+PAUSE_SECONDS = 120
+
+
 class Timekeeper:
     """Writes an attempt's time so far to its run's attempts.json: every HEARTBEAT_SECONDS while the run trains (a
-    thread started by run_child's while_running), and once more, measured from the outside, when it has ended."""
+    thread started by run_child's while_running), and once more, measured from the outside, when it has ended. A
+    pause (PAUSE_SECONDS without a heartbeat) starts a new entry, so that the pause counts as no one's time."""
 
-    def __init__(self, log_dir: str, attempts: list[dict]):
+    def __init__(self, log_dir: str, attempts: list[dict], clock=time.time, sleep=time.sleep):
         import threading
 
-        self.log_dir, self.attempts = log_dir, attempts
-        self.lock, self.ended = threading.Lock(), False
-        attempts.append({"started": time.time(), "ended": time.time(), "cpu_seconds": 0.0})
+        self.log_dir, self.attempts, self.clock, self.sleep = log_dir, attempts, clock, sleep
+        self.lock, self.ended, self.cpu_from = threading.Lock(), False, 0.0  # cpu_from: the process's CPU at the entry's start
+        attempts.append({"started": clock(), "ended": clock(), "cpu_seconds": 0.0})
         write_attempts(log_dir, attempts)
 
     def while_running(self, process) -> None:
@@ -251,16 +262,23 @@ class Timekeeper:
             with self.lock:  # not after end(): a late heartbeat would write a stale figure over the final one
                 try:
                     if not self.ended:
-                        self.attempts[-1].update(ended=time.time(), cpu_seconds=process_cpu_seconds(process.pid))
+                        now, cpu = self.clock(), process_cpu_seconds(process.pid)
+                        if now - self.attempts[-1]["ended"] > PAUSE_SECONDS:  # stopped meanwhile: a pause
+                            self.attempts.append({"started": now, "ended": now, "cpu_seconds": 0.0, "after_pause": True})
+                            self.cpu_from = cpu
+                        self.attempts[-1].update(ended=now, cpu_seconds=cpu - self.cpu_from)
                         write_attempts(self.log_dir, self.attempts)
                 except (OSError, ValueError, IndexError):  # it ended meanwhile
                     pass
-            time.sleep(HEARTBEAT_SECONDS)
+            self.sleep(HEARTBEAT_SECONDS)
 
     def end(self, cpu_seconds: float) -> None:
+        """`cpu_seconds`: the whole attempt's, measured when it has ended."""
         with self.lock:
-            self.ended = True
-            self.attempts[-1].update(ended=time.time(), cpu_seconds=cpu_seconds)
+            self.ended, now = True, self.clock()
+            if now - self.attempts[-1]["ended"] <= PAUSE_SECONDS:  # else it ended in a pause: its last beat stands
+                self.attempts[-1]["ended"] = now
+            self.attempts[-1]["cpu_seconds"] = cpu_seconds - self.cpu_from
             write_attempts(self.log_dir, self.attempts)
 
 
@@ -283,7 +301,7 @@ def run_one(cell: Cell, env_id: str, seed: int, args: CampaignArgs, cpu: str, fr
     command += ["--keep-checkpoints"] if cell.test_episodes else []
     this_attempt = [sys.executable, script, "--resume", checkpoint] if checkpoint else command  # flags: in the file
     if checkpoint:
-        print(f"  continuing from {os.path.relpath(checkpoint, REPO)} (attempt {len(attempts) + 1})", flush=True)
+        print(f"  continuing from {os.path.relpath(checkpoint, REPO)} (attempt {count_attempts(attempts) + 1})", flush=True)
     timekeeper = Timekeeper(log_dir, attempts)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(os.path.join(log_dir, "train.log"), "a" if checkpoint else "w") as log:
@@ -304,7 +322,7 @@ def run_one(cell: Cell, env_id: str, seed: int, args: CampaignArgs, cpu: str, fr
     pauses = [(earlier["ended"], later["started"]) for earlier, later in zip(attempts, attempts[1:])]
     record = run_record(run_dir, script=cell.script, wall_seconds=wall_seconds, cpu=cpu, test=test, pauses=pauses)
     record["cpu_seconds"] = round(sum(one["cpu_seconds"] for one in attempts), 1)
-    record["attempts"] = len(attempts)
+    record["attempts"] = count_attempts(attempts)
     record["command"] = " ".join(os.path.relpath(part, REPO) if part.startswith(REPO) else part for part in command)
     return record
 

@@ -116,6 +116,36 @@ def test_a_run_cut_short_by_the_end_of_a_session_continues_from_its_last_checkpo
     assert "--resume" not in record["command"] and "--total-timesteps 4096" in record["command"]
 
 
+def test_a_pause_of_the_campaign_is_no_ones_time(tmp_path, monkeypatch):
+    """The guide has background runs stopped (SIGSTOP) while a benchmark runs; the heartbeat then went on after
+    SIGCONT as if the run had trained all along, and the pause counted in its wall-clock. Beats every 30 s (a clock
+    and a CPU figure given), a 1,000 s stop after the second: two entries, the pause between them, CPU split."""
+    # (clock, the process's CPU so far) at each reading: the entry's start (2), 4 heartbeats, the end
+    readings = iter([(0, 0.0), (0, 0.0), (30, 10.0), (60, 20.0), (1090, 20.0), (1120, 30.0), (1130, 30.0)])
+    cpu = {"now": 0.0}
+
+    def next_clock():
+        now, cpu["now"] = next(readings)
+        return now
+
+    class Training:
+        pid, polls = 0, iter([None, None, None, None, 0])
+
+        def poll(self):
+            return next(self.polls)
+
+    monkeypatch.setattr(campaign, "process_cpu_seconds", lambda pid: cpu["now"])
+    attempts = []
+    timekeeper = campaign.Timekeeper(str(tmp_path), attempts, clock=next_clock, sleep=lambda seconds: None)
+    timekeeper.beat(Training())
+    timekeeper.end(35.0)
+    assert attempts == [
+        {"started": 0, "ended": 60, "cpu_seconds": 20.0},
+        {"started": 1090, "ended": 1130, "cpu_seconds": 15.0, "after_pause": True},
+    ]
+    assert json.loads((tmp_path / "attempts.json").read_text()) == attempts and campaign.count_attempts(attempts) == 1
+
+
 def test_a_run_that_cannot_continue_from_its_checkpoint_starts_again(tmp_path, capsys):
     """A checkpoint an earlier attempt left that the script refuses (here: not a checkpoint at all) does not stop the
     campaign on that run for good: it says so and runs it again from its start."""
