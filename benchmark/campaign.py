@@ -9,8 +9,8 @@ A session may end at any time, so each run's results are written the moment it e
 and wall-clock, the periodic test curve), and `benchmark/results/summary.csv` is rewritten with one row per finished
 run. A run with a results file is finished and skipped. An interrupted run continues from its last checkpoint (one
 every ~30,000 steps, in its folder under `runs/campaign/`), so a stopped session loses at most that much training;
-the run's wall-clock and CPU figures add up its attempts, written down every 30 s, and leave out the time between. `--commit` commits the
-run's two files alone (other staged or unstaged work is left as it is).
+the run's wall-clock and CPU figures add up its attempts, written down every 30 s, and leave out the time between.
+`--commit` commits the run's two files alone (other staged or unstaged work is left as it is).
 
 Runs go one at a time, seeds outermost: every cell gets its first seed before any gets its second.
 
@@ -202,8 +202,8 @@ HEARTBEAT_SECONDS = 30
 
 def interrupted_checkpoint(log_dir: str) -> str | None:
     """The checkpoint.pt that an interrupted earlier attempt of this run left in its folder, or None."""
-    run_dirs = glob.glob(os.path.join(glob.escape(log_dir), "*__*", "checkpoint.pt"))
-    return run_dirs[0] if len(run_dirs) == 1 else None
+    found = glob.glob(os.path.join(glob.escape(log_dir), "*__*", "checkpoint.pt"))
+    return found[0] if len(found) == 1 else None
 
 
 def write_attempts(log_dir: str, attempts: list[dict]) -> None:
