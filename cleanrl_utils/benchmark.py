@@ -84,12 +84,18 @@ def command_argv(command: str) -> list[str]:
 
 
 def check_interpreter(argv: list[str]) -> None:
-    """A command run by a Python interpreter (`python ...`, `.venv/bin/python ...`) must be able to import this
-    project: a bare `python` outside the activated environment fails every run with ModuleNotFoundError, each in its
-    own log. Checked once, before any run, in one line."""
+    """The command's program must exist, and a Python interpreter (`python ...`, `.venv/bin/python ...`) must be able
+    to import this project: a mistyped program, or a bare `python` outside the activated environment, fails every run,
+    each in its own log. Checked once, before any run, in one line."""
+    program = shutil.which(argv[0])
+    if program is None:  # trial 29: `--command "pyhton ..."` was found out only run by run, each exit 127
+        if os.sep not in argv[0]:
+            why = "no such program on PATH"
+        else:
+            why = "not an executable file" if os.path.isfile(argv[0]) else "no such file"
+        sys.exit(f"error: --command's program {argv[0]!r} cannot be started ({why})")
     if not os.path.basename(argv[0]).startswith("python"):
         return
-    program = shutil.which(argv[0]) or argv[0]
     try:
         # from a neutral folder: a script's own folder (cleanrl/), not the current one, is on its import path
         check = [os.path.abspath(program), "-c", "import cleanrl_utils"]

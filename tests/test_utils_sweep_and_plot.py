@@ -243,11 +243,27 @@ def test_a_missing_program_is_a_failed_run_and_the_sweep_goes_on(tmp_path):
     failed = run_all(plan_runs(str(not_executable), ["A-v0"], [1], str(tmp_path / "logs")), 1, 0.01, io.StringIO())
     assert "PermissionError" in open(failed[0].log_path).read()
 
+
+@pytest.mark.parametrize(
+    "program, why",
+    [
+        ("nonexistent_program_xyz", "no such program on PATH"),
+        ("{tmp}/missing", "no such file"),
+        ("{tmp}/plain.sh", "not an executable file"),
+    ],
+)
+def test_a_program_that_cannot_start_is_one_line_before_any_run(tmp_path, program, why):
+    """Trial 29, cosmetic 203: a mistyped program was found out only run by run ("2 of 2 runs failed", exit 127 in
+    each log); a program that vanishes during the sweep is still a failed run (above)."""
+    (tmp_path / "plain.sh").write_text("echo hi\n")
+    program = program.format(tmp=tmp_path)
+    log_dir = tmp_path / "logs"
     result = benchmark_cli(
-        *["--command", "nonexistent_program_xyz", "--env-ids", "A-v0", "--seeds", "1", "2", "--log-dir", str(tmp_path)]
+        *["--command", f"{program} --flag", "--env-ids", "A-v0", "--seeds", "1", "2", "--log-dir", str(log_dir)]
     )
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "2 of 2 runs failed" in result.stdout and "A-v0 seed 2: could not start, log " in result.stdout
+    assert result.returncode == 1 and not result.stdout, result.stdout
+    assert result.stderr == f"error: --command's program {program!r} cannot be started ({why})\n"
+    assert not log_dir.exists()
 
 
 @pytest.mark.parametrize(
