@@ -10,6 +10,7 @@ if __name__ == "__main__":
 
 import os
 import random
+import sys
 from dataclasses import dataclass
 
 import envpool
@@ -123,6 +124,8 @@ def validate_args(args: Args) -> None:
     check_run_args(args)
     check_rollout_shape(args.num_envs, args.num_steps, 1, 1, args.total_timesteps)  # one gradient step on the whole batch
     check_positive(args, "max_episode_steps", "obs_clip", "reward_clip", "max_grad_norm")
+    if not -10 <= args.init_logstd <= 5:  # std from 4.5e-5 to 148; beyond, exp() leaves float32's useful range
+        sys.exit(f"error: --init-logstd must be in [-10, 5], got {args.init_logstd}")
     check_envpool_id(args.env_id, "envpool.mujoco.gym", num_envs=args.num_envs)
     spec = envpool.make_spec(args.env_id)
     row_bytes = 4 * (int(np.prod(spec.observation_space.shape)) + int(np.prod(spec.action_space.shape)))

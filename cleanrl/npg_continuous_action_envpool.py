@@ -561,6 +561,7 @@ if __name__ == "__main__":
             resumed_from=args.resume,
             writer=writer,
             progress=progress,
+            flag="--step-size (the policy's natural-gradient step) or --learning-rate (the critic's)",
         )
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
-from helpers import ON_POLICY_TAGS
+from helpers import ON_POLICY_TAGS, run_script
 from natural_gradient_family import (  # noqa: F401 (shared tests and fixtures, collected here)
     family,
     random_batch,
@@ -114,3 +114,18 @@ def test_validate_args_names_the_bad_value(overrides, expected):
     for fragment in expected:
         assert fragment in message, (fragment, message)
     script.validate_args(Args())  # the defaults pass
+
+
+def test_a_diverged_policy_step_names_the_step_size(tmp_path):
+    """Trial 31: a natural-gradient step of 1e12 diverged at once, and the line said "try a lower --learning-rate",
+    the critic's flag, not the one that moved the policy."""
+    flags = ["--env-id", "Hopper-v4", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512"]
+    result = run_script(SCRIPT, *flags, "--step-size", "1e12", "--log-dir", str(tmp_path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "no checkpoint was written; try a lower --step-size (the policy's natural-gradient step) or --learning-rate (the critic's)"
+        )
+    ), result.stderr

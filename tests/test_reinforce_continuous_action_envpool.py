@@ -268,6 +268,9 @@ BAD_INPUT = [
         ({"obs_clip": -1.0}, ["--obs-clip", "-1"]),
         ({"max_episode_steps": 0}, ["--max-episode-steps", "0"]),
         ({"num_steps": 1}, ["--num-steps must be >= 2", "got 1"]),  # was: trained on lone rewards and exited 0
+        # trial 31: the std exp(1e12) diverged at the first update, and the line blamed --learning-rate
+        ({"init_logstd": 1e12}, ["--init-logstd must be in [-10, 5]", "got 1000000000000.0"]),
+        ({"init_logstd": float("nan")}, ["--init-logstd must be a finite number", "got nan"]),
     ],
 )
 def test_validate_args_names_the_bad_value(overrides, expected):
