@@ -436,7 +436,7 @@ if __name__ == "__main__":
                 break
 
         b_returns, b_values = batch["returns"], batch["old_values"]
-        var_y = b_returns.var()
+        var_y = b_returns.var() if len(b_returns) > 1 else torch.tensor(0.0)  # one row: no variance, no warning
         explained_var = (1 - (b_returns - b_values).var() / var_y).item() if var_y > 0 else float("nan")
 
         sps = progress.sps(global_step)

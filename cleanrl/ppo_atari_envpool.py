@@ -455,7 +455,7 @@ if __name__ == "__main__":
 
         b_returns, b_values, b_valid = batch["returns"], batch["old_values"], batch["valid"]
         valid_values, valid_returns = b_values[b_valid], b_returns[b_valid]
-        var_y = valid_returns.var()
+        var_y = valid_returns.var() if len(valid_returns) > 1 else torch.tensor(0.0)  # one row: no variance, no warning
         explained_var = (1 - (valid_returns - valid_values).var() / var_y).item() if var_y > 0 else float("nan")
 
         sps = progress.sps(global_step)

@@ -575,7 +575,7 @@ if __name__ == "__main__":
 
         b_returns, b_values, b_valid = batch["returns"], batch["old_values"], batch["valid"]
         valid_values, valid_returns = b_values[b_valid], b_returns[b_valid]
-        var_y = valid_returns.var()
+        var_y = valid_returns.var() if len(valid_returns) > 1 else torch.tensor(0.0)  # one row: no variance, no warning
         explained_var = (1 - (valid_returns - valid_values).var() / var_y).item() if var_y > 0 else float("nan")
 
         # One collective for what every process must agree on: the logged statistics (means over processes), a stop

@@ -529,7 +529,7 @@ if __name__ == "__main__":
                 break
 
         valid_values, valid_returns = values[:-1][valid_mask], returns[valid_mask]  # raw units
-        var_y = valid_returns.var()
+        var_y = valid_returns.var() if len(valid_returns) > 1 else torch.tensor(0.0)  # one row: no variance, no warning
         explained_var = (1 - (valid_returns - valid_values).var() / var_y).item() if var_y > 0 else float("nan")
 
         sps = progress.sps(global_step)
