@@ -145,7 +145,11 @@ def validate_args(args: Args) -> None:
     check_positive(args, "obs_clip", "reward_clip", "max_episode_steps")
     if args.vector_mode not in ("sync", "async"):
         sys.exit(f"error: --vector-mode must be sync or async, got {args.vector_mode!r}")
-    observation_space, action_space = check_gymnasium_env(args.env_id, "HalfCheetah-v4, Hopper-v5, Walker2d-v5")
+    observation_space, action_space = check_gymnasium_env(
+        args.env_id,
+        "HalfCheetah-v4, Hopper-v5, Walker2d-v5",
+        fits=lambda obs, action: isinstance(action, gym.spaces.Box) and len(action.shape) == 1,
+    )
     if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
         sys.exit(
             f"error: --env-id {args.env_id!r} has {action_space} actions; this script needs a flat Box (see ppo.py for discrete ones)"

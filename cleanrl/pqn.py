@@ -135,7 +135,11 @@ def validate_args(args: Args) -> None:
         sys.exit(f"error: --q-lambda must be in [0, 1], got {args.q_lambda}")
     if args.vector_mode not in ("sync", "async"):
         sys.exit(f"error: --vector-mode must be sync or async, got {args.vector_mode!r}")
-    observation_space, action_space = check_gymnasium_env(args.env_id, "CartPole-v1, Acrobot-v1, MountainCar-v0")
+    observation_space, action_space = check_gymnasium_env(
+        args.env_id,
+        "CartPole-v1, Acrobot-v1, MountainCar-v0",
+        fits=lambda obs, action: isinstance(action, gym.spaces.Discrete),
+    )
     if not isinstance(action_space, gym.spaces.Discrete):
         sys.exit(f"error: --env-id {args.env_id!r} has {action_space} actions; this script needs discrete ones")
     if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:

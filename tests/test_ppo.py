@@ -353,6 +353,7 @@ def test_same_seed_gives_identical_losses_and_async_matches_sync(tmp_path):
 
 
 BAD_INPUT = [
+    (["--env-id", "Hoper-v4"], ["'Hoper-v4'", "; e.g. CartPole-v1"]),  # trial 31: was "did you mean Hopper-v4, Hopper-v5?"
     (["--env-id", "Pong-v5"], ["'Pong-v5' is an EnvPool Atari id", "_envpool"]),  # was: "did you mean Ant-v5?"
     (["--env-id", "CartPol-v1"], ["'CartPol-v1'", "CartPole-v1"]),
     (["--torch-threads", "100000"], ["--torch-threads must be in 0..", "got 100000"]),  # trial 11 N4: a segfault

@@ -230,6 +230,7 @@ def test_saved_model_holds_the_normaliser_and_evaluates(sync_and_async_runs, tmp
 
 
 BAD_INPUT = [
+    (["--env-id", "CartPol-v1"], ["'CartPol-v1'", "; e.g. HalfCheetah-v4"]),  # trial 31: discrete ids are not suggested
     (["--env-id", "Pong-v5"], ["'Pong-v5' is an EnvPool Atari id", "_envpool"]),  # was: "did you mean Ant-v5?"
     (["--env-id", "Hoper-v5"], ["'Hoper-v5'", "Hopper-v5"]),
     (["--env-id", "CartPole-v1"], ["'CartPole-v1'", "flat Box"]),

@@ -136,6 +136,7 @@ def test_same_seed_is_identical_and_a_resumed_extension_continues_the_uninterrup
 
 
 BAD_INPUT = [
+    (["--env-id", "Hoper-v4"], ["'Hoper-v4'", "; e.g. CartPole-v1"]),  # trial 31: Box-action ids are not suggested
     (["--env-id", "Pendulum-v1"], ["'Pendulum-v1'", "discrete"]),
     (["--env-id", "CartPol-v1"], ["'CartPol-v1'", "CartPole-v1"]),
     (["--q-lambda", "1.5"], ["--q-lambda must be in [0, 1], got 1.5"]),
