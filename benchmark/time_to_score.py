@@ -30,6 +30,7 @@ import tyro
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run as `python benchmark/time_to_score.py` from anywhere
+from cleanrl_utils.checks import check_envpool_id  # noqa: E402
 from cleanrl_utils.plot import load_runs  # noqa: E402
 from cleanrl_utils.results import cpu_description  # noqa: E402
 from cleanrl_utils.run import check_writable_dir  # noqa: E402
@@ -94,6 +95,8 @@ def main() -> None:
     script_path = os.path.join(REPO, "cleanrl", f"{args.script}.py")
     if not os.path.isfile(script_path):
         sys.exit(f"error: --script {args.script!r} is not a script under cleanrl/ (cleanrl/{args.script}.py is missing)")
+    # games and a target of 18 are Atari's (trial 31: Hopper-v4 "reached 18" in 9 s, and its record went to the table)
+    check_envpool_id(args.env_id, "envpool.atari")
     for name, value in (("--minutes", args.minutes), ("--poll-seconds", args.poll_seconds)):
         if not (np.isfinite(value) and value > 0):
             sys.exit(f"error: {name} must be finite and > 0, got {value}")

@@ -646,6 +646,29 @@ def test_time_to_score_cuda_without_a_gpu_is_one_line_and_leaves_nothing(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "env_id, expected",
+    [
+        ("Hopper-v4", "error: --env-id 'Hopper-v4' is an EnvPool MuJoCo environment; this script takes Atari ones, e.g. "),
+        ("Pongg-v5", "error: --env-id 'Pongg-v5' is not an EnvPool Atari environment; did you mean Pong-v5"),
+    ],
+)
+def test_time_to_score_takes_atari_games_only(tmp_path, env_id, expected):
+    """Trial 31: `--script ppo_continuous_action_envpool --env-id Hopper-v4` "reached 18" (Pong's target) in 9 s of
+    Hopper episodes and wrote a record the results table then showed. The tool times Atari games: one line, first."""
+    command = [
+        sys.executable,
+        os.path.join(REPO, "benchmark", "time_to_score.py"),
+        "--script",
+        "ppo_continuous_action_envpool",
+    ]
+    command += ["--env-id", env_id, "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1 and result.stdout == "" and len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(expected), result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_time_to_score_checks_its_folders_before_the_run_and_says_why_a_run_failed(tmp_path):
     """Trial 29: a --results-dir that was a file was a NotADirectoryError traceback after the whole run (the measure
     lost); a run the script refused said only "exited 1; its log: ...". Now the folders are checked first, and the
