@@ -126,7 +126,8 @@ def main() -> None:
     LEFT_BEHIND.append(f"no record written; the run's unfinished folder: {log_dir}")
     reached_at, stop_reason = None, None
     while process.poll() is None:
-        time.sleep(args.poll_seconds)
+        # a poll never sleeps past the cap (trial 31: a 0.4-minute cap ran 0.53 minutes at the 15 s poll)
+        time.sleep(min(args.poll_seconds, max(0.1, launched + 60 * args.minutes - time.time())))
         steps, seconds, returns = games_so_far(log_dir, launched)
         means = window_means(returns, args.window)
         hit = np.flatnonzero(means >= args.target)
@@ -183,9 +184,15 @@ def main() -> None:
     outcome = (
         f"reached {args.target:g} at {record['minutes_to_target']} min, step {record['steps_to_target']:,}"
         if record["reached"]
-        else f"did not reach {args.target:g} in {record['minutes_run']} min (best mean {record['best_window_mean']})"
+        else f"did not reach {args.target:g} in {record['minutes_run']} min "
+        + (
+            f"(best mean {record['best_window_mean']})"
+            if record["best_window_mean"] is not None
+            else f"(fewer than {args.window} games: no mean yet)"
+        )
     )
-    print(f"{outcome}; {len(returns)} games; record: {os.path.relpath(path, REPO)}")
+    shown = os.path.relpath(path)  # from the user's folder, where it is under it (trial 31: "../rel_t31/...")
+    print(f"{outcome}; {len(returns)} games; record: {path if shown.startswith(os.pardir) else shown}")
 
 
 if __name__ == "__main__":

@@ -591,6 +591,10 @@ def test_time_to_score_stops_a_real_run_at_its_target_and_the_results_page_shows
     assert record["steps_to_target"] == games[1][0] and record["steps_run"] < 50000  # stopped, not run to the end
     assert 0 < record["minutes_to_target"] <= record["minutes_run"] < 4
     assert os.path.exists(os.path.join(run_dir, "checkpoint.pt"))  # the Ctrl-C saved
+    # the record's path from the user's folder (trial 31: from the repository's, "../../tmp/...")
+    assert (
+        result.stdout.strip().splitlines()[-1].endswith("; record: results/time_to_score/pqn_atari_envpool__Pong-v5__1.json")
+    )
     page = tmp_path / "page.md"
     page.write_text("<!-- results-time pong: pqn_atari_envpool -->\n<!-- /results -->\n")
     fixture = results / "records" / "a2c_continuous_action_envpool" / "Hopper-v4__1.json"
@@ -619,6 +623,20 @@ def test_time_to_score_stops_a_real_run_at_its_target_and_the_results_page_shows
     row = f"| pqn_atari_envpool | `{settings}` | Pong-v5 | 1 | -21 (last 2 games) | {record['minutes_to_target']:.1f} / {games[1][0]:,} |"
     assert row in page.read_text() and (tmp_path / "out" / "pong.png").stat().st_size > 0
     assert "## Time to score" in (tmp_path / "out" / "tables.md").read_text()
+
+
+def test_time_to_score_stops_at_its_cap_between_polls_and_says_when_no_window_was_full(tmp_path):
+    """Trial 31: a 0.4-minute cap ran 0.53 minutes (the cap was checked only after each 15 s poll), and a run with
+    fewer games than the window ended "(best mean None)"."""
+    command = [sys.executable, os.path.join(REPO, "benchmark", "time_to_score.py"), "--script", "pqn_atari_envpool"]
+    command += ["--window", "1000", "--minutes", "0.1", "--poll-seconds", "60", "--results-dir", str(tmp_path / "results")]
+    command += ["--runs-dir", str(tmp_path / "runs"), "--script-args=--num-envs 1 --num-steps 32 --torch-threads 1"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=280)
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = json.loads((tmp_path / "results" / "time_to_score" / "pqn_atari_envpool__Pong-v5__1.json").read_text())
+    assert record["stopped_by"] == "cap" and record["minutes_run"] < 0.1 + 0.5  # the cap, then the run's own save
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("did not reach 18 in ") and " min (fewer than 1000 games: no mean yet); " in last, last
 
 
 def test_a_gpu_record_names_its_gpu_and_a_cpu_record_its_cpu_alone():
