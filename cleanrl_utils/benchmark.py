@@ -302,7 +302,7 @@ def main() -> None:
 
     from cleanrl_utils.run import check_writable_dir
 
-    args = tyro.cli(BenchmarkArgs)
+    args = tyro.cli(BenchmarkArgs, prog="python -m cleanrl_utils.benchmark")
     if args.workers <= 0:
         sys.exit(f"error: --workers must be a positive integer, got {args.workers}")
     if not args.env_ids or not args.seeds:

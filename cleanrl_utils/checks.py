@@ -59,7 +59,9 @@ def check_run_args(args) -> None:
     check_positive(args, "clip_coef", "max_grad_norm", "target_kl")  # target_kl: None = no early stop
     check_non_negative(args, "ent_coef", "vf_coef")
     if not 0 <= args.seed <= MAX_SEED:
-        sys.exit(f"error: --seed must be in 0..{MAX_SEED} (EnvPool seeds are 32-bit signed integers), got {args.seed}")
+        sys.exit(
+            f"error: --seed must be in 0..{MAX_SEED} (seeds are 32-bit signed integers in every script here), got {args.seed}"
+        )
     check_positive(args, "total_timesteps", "learning_rate", "video_every")
     if args.total_timesteps > MAX_BUDGET:
         sys.exit(f"error: --total-timesteps must be at most {MAX_BUDGET:,} (10^12 env steps), got {args.total_timesteps}")

@@ -336,7 +336,7 @@ def evaluate(
         sys.exit(f"error: --epsilon must be in [0, 1] (a probability), got {epsilon}")
     if not 0 <= seed <= MAX_SEED - MAX_EVAL_ENVS:  # env i of the evaluation gets seed + i, a 32-bit signed integer
         sys.exit(
-            f"error: --seed must be in 0..{MAX_SEED - MAX_EVAL_ENVS} (EnvPool seeds are 32-bit signed integers), got {seed}"
+            f"error: --seed must be in 0..{MAX_SEED - MAX_EVAL_ENVS} (seeds are 32-bit signed integers in every script here), got {seed}"
         )
     saved = load_checkpoint(model_path)
     script_path = find_script(saved, model_path, script)
@@ -437,7 +437,7 @@ def evaluate_kept_checkpoints(run_dir: str, args: EvalArgs) -> tuple[int, float]
 
 
 def main() -> None:
-    args = tyro.cli(EvalArgs)
+    args = tyro.cli(EvalArgs, prog="python -m cleanrl_utils.evaluate")
     try:
         evaluate_as_asked(args)
     except (ImportError, MemoryError, RuntimeError) as error:

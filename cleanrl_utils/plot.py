@@ -381,7 +381,7 @@ def plot_env(env_id: str, runs: list[RunData], path: str, window: int, grid_poin
 def main() -> None:
     import tyro
 
-    args = tyro.cli(PlotArgs)
+    args = tyro.cli(PlotArgs, prog="python -m cleanrl_utils.plot")
     if not os.path.isdir(args.log_dir):
         sys.exit(f"error: --log-dir {args.log_dir!r} is not a folder")
     if not 1 <= args.smoothing_window <= MAX_SMOOTHING_WINDOW:  # trial 18, V2: 2^63 overflowed numpy's int64

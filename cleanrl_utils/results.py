@@ -637,7 +637,7 @@ PAGES_LINE = "the docs pages rewritten, each whole (the last one possibly still 
 def main() -> None:
     import tyro
 
-    args = tyro.cli(ResultsArgs)
+    args = tyro.cli(ResultsArgs, prog="python -m cleanrl_utils.results")
     if not os.path.isdir(args.results_dir):  # trial 18: "holds no run records" for a folder that is not there
         problem = "does not exist" if not os.path.exists(args.results_dir) else "is not a folder"
         sys.exit(f"error: --results-dir {args.results_dir!r} {problem} (it holds records/<exp_name>/<env_id>__<seed>.json)")

@@ -677,7 +677,7 @@ class StopAfterIteration:
         if not self.quiet and trained_all_iterations():  # trial 24, K10: in the end-of-run work, no iteration is left
             _say(f"{SIGNAL_NAMES[signum]}: the run trained all its iterations and is finishing (a second one aborts)")
         elif not self.quiet:
-            _say(f"{SIGNAL_NAMES[signum]}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)")
+            _say(f"{SIGNAL_NAMES[signum]}: stopping after this iteration (a second signal aborts without saving)")
 
 
 def stopped_line(iteration: int, checkpoint_path: str) -> str:

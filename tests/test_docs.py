@@ -320,3 +320,13 @@ def test_make_run_trains_pong_unless_told_another_env():
         "1000",
     ]
     assert command("RUN_ARGS=--env-id Breakout-v5")[-2:] == ["--env-id", "Breakout-v5"]  # the later --env-id wins
+
+
+@pytest.mark.parametrize("tool", ["evaluate", "plot", "results", "benchmark"])
+def test_a_tools_usage_line_is_the_command_the_docs_give(tool):
+    """Trial 31: `python -m cleanrl_utils.evaluate --help` began "usage: /abs/path/cleanrl_utils/evaluate.py", a
+    command that does not run (the tools are run as modules)."""
+    from helpers import run_python
+
+    result = run_python(["-m", f"cleanrl_utils.{tool}", "--help"])
+    assert result.returncode == 0 and result.stdout.startswith(f"usage: python -m cleanrl_utils.{tool} "), result.stdout[:200]

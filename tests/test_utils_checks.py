@@ -66,7 +66,7 @@ def test_valid_run_args_pass():
 def test_seed_bounds(seed):
     one_line_exit(
         lambda: check_run_args(run_args(seed=seed)),
-        f"error: --seed must be in 0..2147483647 (EnvPool seeds are 32-bit signed integers), got {seed}",
+        f"error: --seed must be in 0..2147483647 (seeds are 32-bit signed integers in every script here), got {seed}",
     )
     assert MAX_SEED == 2**31 - 1
 

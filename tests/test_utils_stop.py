@@ -344,7 +344,7 @@ def test_the_first_signal_in_training_stops_after_the_iteration_with_exit_0(sign
     assert process.returncode == 0, stderr
     assert "saved and stopped after iteration" in stdout
     assert stderr_lines(stderr) == [
-        f"{name}: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"
+        f"{name}: stopping after this iteration (a second signal aborts without saving)"
     ]
 
 
@@ -359,7 +359,7 @@ def test_a_signal_forwarded_at_once_is_the_same_stop_not_a_second(second):
     process.send_signal(second)
     stdout, stderr = finish(process)
     assert process.returncode == 0 and "saved" in stdout, stderr
-    assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"]
+    assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second signal aborts without saving)"]
 
 
 def test_a_copy_of_the_signal_landing_inside_its_own_handler_is_still_one_stop():
@@ -392,7 +392,7 @@ def test_a_copy_of_the_signal_landing_inside_its_own_handler_is_still_one_stop()
     process.send_signal(signal.SIGINT)
     stdout, stderr = finish(process)
     assert process.returncode == 0 and "saved" in stdout, stderr
-    assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"]
+    assert stderr_lines(stderr) == ["Ctrl-C: stopping after this iteration (a second signal aborts without saving)"]
 
 
 def test_a_signal_after_the_run_is_done_does_not_kill_it_on_its_way_out():
@@ -420,7 +420,7 @@ def test_a_signal_after_the_run_is_done_does_not_kill_it_on_its_way_out():
     stdout, stderr = finish(process)
     assert process.returncode == 0 and "saved" in stdout, stderr
     assert stderr_lines(stderr) == [
-        "SIGTERM: stopping after this iteration (a second Ctrl-C or SIGTERM aborts without saving)"
+        "SIGTERM: stopping after this iteration (a second signal aborts without saving)"
     ]
 
 
