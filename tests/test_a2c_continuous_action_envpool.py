@@ -247,7 +247,7 @@ BAD_INPUT = [
         ({"total_timesteps": 40}, ["--total-timesteps 40"]),
         # trial 31: the std exp(1e12) diverged at the first update, and the line blamed --learning-rate
         ({"init_logstd": 1e12}, ["--init-logstd must be in [-10, 5]", "got 1000000000000.0"]),
-        ({"init_logstd": float("nan")}, ["--init-logstd must be in [-10, 5]", "got nan"]),
+        ({"init_logstd": float("nan")}, ["--init-logstd must be a finite number", "got nan"]),
     ],
 )
 def test_validate_args_names_the_bad_value(overrides, expected):
