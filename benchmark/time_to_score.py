@@ -64,6 +64,10 @@ class TimeToScoreArgs:
     and run folder end in __cuda, so a CPU record of the same script, env and seed stays"""
 
 
+def games(count: int) -> str:
+    return f"{count:,} game" + ("" if count == 1 else "s")
+
+
 def window_means(returns: np.ndarray, window: int) -> np.ndarray:
     """Mean of the last `window` games after each game; NaN until `window` games have ended."""
     means = np.full(len(returns), np.nan)
@@ -138,7 +142,7 @@ def main() -> None:
         latest = f"{means[-1]:.2f}" if returns.size >= args.window else "-"
         print(
             f"  {(time.time() - launched) / 60:5.1f} min, step {int(steps[-1]) if steps.size else 0:,}: "
-            f"{returns.size} games, mean of the last {args.window} {latest}",
+            f"{games(returns.size)}, mean of the last {args.window} {latest}",
             flush=True,
         )
         if stop_reason:
@@ -192,7 +196,7 @@ def main() -> None:
         )
     )
     shown = os.path.relpath(path)  # from the user's folder, where it is under it (trial 31: "../rel_t31/...")
-    print(f"{outcome}; {len(returns)} games; record: {path if shown.startswith(os.pardir) else shown}")
+    print(f"{outcome}; {games(len(returns))}; record: {path if shown.startswith(os.pardir) else shown}")
 
 
 if __name__ == "__main__":

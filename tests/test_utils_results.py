@@ -563,6 +563,10 @@ time_to_score = importlib.util.module_from_spec(tts_spec)
 tts_spec.loader.exec_module(time_to_score)
 
 
+def test_game_counts_read_as_english():  # trial 32: "1 games"
+    assert [time_to_score.games(n) for n in (0, 1, 2, 1060)] == ["0 games", "1 game", "2 games", "1,060 games"]
+
+
 def test_window_means_against_a_brute_force_mean_of_the_last_games():
     returns = np.random.default_rng(0).normal(size=50)
     means = time_to_score.window_means(returns, 20)
