@@ -55,14 +55,20 @@ class EvalArgs:
     capture_video: bool = False
     """write one MP4 per episode (Atari: the EnvPool games themselves; other envs: extra episodes played
     in the same Gymnasium env id, MuJoCo rendered headless through EGL)"""
-    video_dir: Annotated[str | None, tyro.conf.arg(help_behavior_hint="(default: videos/ beside the model file)")] = None
+    video_dir: Annotated[
+        str | None, tyro.conf.arg(metavar="DIR", help_behavior_hint="(default: videos/ beside the model file)")
+    ] = None
     """where the videos go"""
     torch_threads: int = 0
     """torch intra-op threads on CPU (0: auto, OMP_NUM_THREADS if set, else one per core)"""
-    epsilon: Annotated[float | None, tyro.conf.arg(help_behavior_hint="(default: 0.05, as CleanRL evaluates DQN)")] = None
+    epsilon: Annotated[
+        float | None, tyro.conf.arg(metavar="FLOAT", help_behavior_hint="(default: 0.05, as CleanRL evaluates DQN)")
+    ] = None
     """DQN models: the probability of a random action (--greedy plays with 0 and cannot be combined with it); the
     policy scripts sample from their policy and ignore it"""
-    script: Annotated[str | None, tyro.conf.arg(help_behavior_hint="(default: the one the file records)")] = None
+    script: Annotated[
+        str | None, tyro.conf.arg(metavar="SCRIPT", help_behavior_hint="(default: the one the file records)")
+    ] = None
     """the script whose `evaluation_player` plays the model"""
 
 

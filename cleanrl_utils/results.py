@@ -30,8 +30,10 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
+import tyro
 
 from cleanrl_utils.checkpoint import write_atomically
 from cleanrl_utils.checks import MAX_BUDGET
@@ -578,7 +580,7 @@ class ResultsArgs:
     output_dir: str = DEFAULT_OUTPUT_DIR
     """where tables.md and the PNGs of the page sections filled go (a figure is drawn for a section it fills); anywhere
     but docs/results, the pages are left alone unless named with --docs (their image links would point there)"""
-    docs: list[str] | None = None
+    docs: Annotated[list[str] | None, tyro.conf.arg(metavar="PAGE [PAGE ...]")] = None
     """the pages whose results markers are filled in (a named page without a marker gets a warning); unset: README.md
     and docs/*.md when --output-dir is docs/results, none otherwise"""
 
@@ -635,8 +637,6 @@ PAGES_LINE = "the docs pages rewritten, each whole (the last one possibly still 
 
 
 def main() -> None:
-    import tyro
-
     args = tyro.cli(ResultsArgs, prog="python -m cleanrl_utils.results")
     if not os.path.isdir(args.results_dir):  # trial 18: "holds no run records" for a folder that is not there
         problem = "does not exist" if not os.path.exists(args.results_dir) else "is not a folder"

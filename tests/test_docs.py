@@ -330,3 +330,4 @@ def test_a_tools_usage_line_is_the_command_the_docs_give(tool):
 
     result = run_python(["-m", f"cleanrl_utils.{tool}", "--help"])
     assert result.returncode == 0 and result.stdout.startswith(f"usage: python -m cleanrl_utils.{tool} "), result.stdout[:200]
+    assert "{None}" not in result.stdout  # trial 32: results' --docs read "{None}|{[STR [STR ...]]}"
