@@ -23,7 +23,14 @@ import tyro
 from torch.distributions.normal import Normal
 
 from cleanrl_utils.checkpoint import load_torch, restore_torch, resume_args, resumed_env_seed, save_torch, torch_rng_states
-from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_rollout_shape, check_run_args
+from cleanrl_utils.checks import (
+    check_envpool_id,
+    check_log_std_init,
+    check_memory,
+    check_positive,
+    check_rollout_shape,
+    check_run_args,
+)
 from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.evaluate import Player, written_by
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
@@ -118,8 +125,7 @@ def validate_args(args: Args) -> None:
     if args.num_steps < 2:  # the rollout edge cuts every return (compute_returns): one step leaves a lone reward
         sys.exit(f"error: --num-steps must be >= 2 (a return sums the rewards of one rollout), got {args.num_steps}")
     check_positive(args, "max_episode_steps", "obs_clip")
-    if not -10 <= args.init_logstd <= 5:  # std from 4.5e-5 to 148; beyond, exp() leaves float32's useful range
-        sys.exit(f"error: --init-logstd must be in [-10, 5], got {args.init_logstd}")
+    check_log_std_init(args.init_logstd, "--init-logstd")
     check_envpool_id(args.env_id, "envpool.mujoco.gym", num_envs=args.num_envs)
     spec = envpool.make_spec(args.env_id)
     row_bytes = 4 * (int(np.prod(spec.observation_space.shape)) + int(np.prod(spec.action_space.shape)))

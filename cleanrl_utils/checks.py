@@ -164,6 +164,13 @@ def check_baseline_args(args, positive: tuple[str, ...], non_negative: tuple[str
     check_writable_dir(args.log_dir, "--log-dir", keep=False)  # made when the run starts: a refusal leaves none
 
 
+def check_log_std_init(value: float, flag: str) -> None:
+    """A Gaussian policy's starting log std: std from 4.5e-5 to 148; beyond, exp() leaves float32's useful range (trial
+    31: --init-logstd 1e12 diverged at the first update, and the divergence line blamed --learning-rate)."""
+    if not -10 <= value <= 5:
+        sys.exit(f"error: {flag} must be in [-10, 5], got {value}")
+
+
 def check_torch_threads(value: int) -> None:
     """0 (auto) up to 4 threads per core this process may use. Far past that, OpenMP fails to start its threads:
     `--torch-threads 100000` ended in a segmentation fault with no line, or in a traceback from EnvPool."""
