@@ -72,7 +72,8 @@ def test_the_script_is_ppo_continuous_action_envpool_but_for_the_perturbation():
         "def __init__(self, obs_dim: int, action_dim: int, logstd_init: float = 0.0):",
         "agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape)), logstd_init=args.actor_logstd_init).to(device)",
     ], removed
-    syntax = {"agent = Agent(", ").to(device)"}  # the constructor's call, split over lines for its extra argument
+    # the constructor's call, split over lines for its extra argument, and the module the flag's check exits through
+    syntax = {"agent = Agent(", ").to(device)", "import sys"}
     assert all("rpo_alpha" in line for line in code if line not in removed and line not in syntax), code
 
 
