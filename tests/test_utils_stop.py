@@ -343,9 +343,7 @@ def test_the_first_signal_in_training_stops_after_the_iteration_with_exit_0(sign
     stdout, stderr = finish(process)
     assert process.returncode == 0, stderr
     assert "saved and stopped after iteration" in stdout
-    assert stderr_lines(stderr) == [
-        f"{name}: stopping after this iteration (a second signal aborts without saving)"
-    ]
+    assert stderr_lines(stderr) == [f"{name}: stopping after this iteration (a second signal aborts without saving)"]
 
 
 @pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
@@ -419,9 +417,7 @@ def test_a_signal_after_the_run_is_done_does_not_kill_it_on_its_way_out():
     process.send_signal(signal.SIGTERM)
     stdout, stderr = finish(process)
     assert process.returncode == 0 and "saved" in stdout, stderr
-    assert stderr_lines(stderr) == [
-        "SIGTERM: stopping after this iteration (a second signal aborts without saving)"
-    ]
+    assert stderr_lines(stderr) == ["SIGTERM: stopping after this iteration (a second signal aborts without saving)"]
 
 
 SLOW_ITERATION = """
