@@ -4,8 +4,10 @@ idle and loaded, one row per script written into docs/benchmarks/speed_by_machin
     python benchmark/speed_by_machine.py                          # this machine as it is
     ONEDNN_MAX_CPU_ISA=AVX2 python benchmark/speed_by_machine.py  # the same CPU computing like an AVX2-only one
     python benchmark/speed_by_machine.py --only ppo_atari_envpool --steps-scale 0.5
+    python benchmark/speed_by_machine.py --only c51_atari_envpool --idle-only --pairs 3  # medians of 3 pairs
 
-Idle: one run alone. Loaded: two copies started together (two runs by hand on the same cores), each one's SPS.
+Idle: one run alone (with --pairs N, N runs of each side, reference and script alternately: the medians). Loaded:
+two copies started together (two runs by hand on the same cores), each one's SPS.
 SPS is taken from the runs' own `charts/SPS` event wall times, from the first logged point at or after `from_step`
 to the last, so start-up (env creation, the first iteration's kernel selection, an off-policy run's random
 warm-up) is not counted. The reference of the PPO Atari scripts is CleanRL's loop (benchmark/
@@ -28,6 +30,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -151,20 +154,24 @@ def run_together(commands: list[list[str]], log_dir: str) -> str:
     return levers
 
 
-def measure(row: Row, scale: float, log_dir: str, idle_only: bool = False) -> dict:
+def measure(row: Row, scale: float, log_dir: str, idle_only: bool = False, pairs: int = 1) -> dict:
+    """SPS of each side: idle (`pairs` runs of each, reference and script alternately, so that a drift of the machine's
+    speed meets both sides alike), then loaded (two copies at once)."""
     figures = {}
-    for name, command in (("reference", row.reference), ("script", row.command)):
-        for load, copies, steps in (("idle", 1, row.steps), ("loaded", 2, row.loaded_steps))[: 1 if idle_only else 2]:
-            out = os.path.join(log_dir, f"{row.script}-{name}-{load}")
-            steps = max(int(steps * scale), row.from_step + 1024)
-            processes = [[*command, "--total-timesteps", str(steps)]] * copies
-            os.makedirs(out)
-            levers = run_together(processes, out)
-            sps = [learning_sps(os.path.join(out, str(i)), row.from_step) for i in range(copies)]
-            figures[name, load] = sps
-            if name == "script" and load == "idle":
-                figures["levers"] = levers
-            print(f"  {row.script} {name} {load}: SPS {', '.join(f'{x:.0f}' for x in sps)}", flush=True)
+    sides = (("reference", row.reference), ("script", row.command))
+    idle = [(name, command, "idle", 1, row.steps, pair) for pair in range(pairs) for name, command in sides]
+    loaded = [(name, command, "loaded", 2, row.loaded_steps, 0) for name, command in sides]
+    for name, command, load, copies, steps, pair in idle + ([] if idle_only else loaded):
+        out = os.path.join(log_dir, f"{row.script}-{name}-{load}-{pair}")
+        steps = max(int(steps * scale), row.from_step + 1024)
+        processes = [[*command, "--total-timesteps", str(steps)]] * copies
+        os.makedirs(out)
+        levers = run_together(processes, out)
+        sps = [learning_sps(os.path.join(out, str(i)), row.from_step) for i in range(copies)]
+        figures.setdefault((name, load), []).extend(sps)  # idle: one figure a pair; loaded: one a copy
+        if name == "script" and load == "idle":
+            figures["levers"] = levers
+        print(f"  {row.script} {name} {load}: SPS {', '.join(f'{x:.0f}' for x in sps)}", flush=True)
     figures["steps"] = (
         f"{max(int(row.steps * scale), row.from_step + 1024):,} / {max(int(row.loaded_steps * scale), row.from_step + 1024):,}"
     )
@@ -175,14 +182,21 @@ def table_row(row: Row, figures: dict, model: str, isa: str) -> str:
     def each(values):
         return " + ".join(f"{v:,.0f}" for v in values)
 
-    ref_idle, idle = figures["reference", "idle"][0], figures["script", "idle"][0]
+    ref_idle, idle = figures["reference", "idle"], figures["script", "idle"]
     ref_loaded, loaded = figures.get(("reference", "loaded")), figures.get(("script", "loaded"))
     mean = lambda values: sum(values) / len(values)  # noqa: E731
     loaded_cells = f"{each(ref_loaded)} / {each(loaded)} | {mean(loaded) / mean(ref_loaded):.2f}x" if loaded else "not run | |"
+    # Several idle pairs: each side's median, and the ratio of the medians with the range of the pairs' own ratios
+    # (one pair's ratio on a shared VM varies by 15% or more from one invocation to the next)
+    idle_cells = f"{statistics.median(ref_idle):,.0f} / {statistics.median(idle):,.0f}"
+    idle_ratio = f"{statistics.median(idle) / statistics.median(ref_idle):.2f}x"
+    if len(idle) > 1:
+        ratios = sorted(own / ref for ref, own in zip(ref_idle, idle))
+        idle_cells += f" (medians of {len(idle)} alternating pairs)"
+        idle_ratio += f" (pairs {ratios[0]:.2f}-{ratios[-1]:.2f}x)"
     return (
         f"| {datetime.date.today()} | {model} ({len(os.sched_getaffinity(0))}) | {isa} | `{row.script}` ({figures['levers']}) | "
-        f"{row.reference_name} | {figures['steps']} | {ref_idle:,.0f} / {idle:,.0f} | {idle / ref_idle:.2f}x | "
-        f"{loaded_cells} |"
+        f"{row.reference_name} | {figures['steps']} | {idle_cells} | {idle_ratio} | {loaded_cells} |"
     )
 
 
@@ -213,6 +227,7 @@ def write_rows(new_rows: dict[tuple[str, str, str], str]) -> None:
 
 # --steps-scale above it asks for days of runs a row
 MAX_STEPS_SCALE = 100
+MAX_PAIRS = 20  # a Rainbow pair takes about 5 minutes here
 
 
 def main() -> None:
@@ -222,9 +237,14 @@ def main() -> None:
     parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every row's steps")
     parser.add_argument("--idle-only", action="store_true", help="skip the loaded pairs")
     parser.add_argument("--no-write", action="store_true", help="print the rows, leave the table alone")
+    parser.add_argument(
+        "--pairs", type=int, default=1, help=f"idle runs of each side, alternating (1 to {MAX_PAIRS}); the row gives medians"
+    )
     args = parser.parse_args()
     if not (math.isfinite(args.steps_scale) and 0 < args.steps_scale <= MAX_STEPS_SCALE):  # trial 21, Y3
         sys.exit(f"error: --steps-scale must be in (0, {MAX_STEPS_SCALE}], got {args.steps_scale}")
+    if not 1 <= args.pairs <= MAX_PAIRS:
+        sys.exit(f"error: --pairs must be in 1..{MAX_PAIRS}, got {args.pairs}")
     chosen = [row for row in ROWS if not args.only or row.script in args.only.split(",")]
     if not chosen:
         sys.exit(f"error: --only {args.only!r} names no row; rows: {', '.join(row.script for row in ROWS)}")
@@ -234,7 +254,7 @@ def main() -> None:
         # each row written as soon as it is measured (a stopped invocation keeps the rows it finished), and its run
         # folders removed (DQN Atari's checkpoints hold GBs of replay)
         with scratch_folder() as log_dir:
-            line = table_row(row, measure(row, args.steps_scale, log_dir, args.idle_only), model, isa)
+            line = table_row(row, measure(row, args.steps_scale, log_dir, args.idle_only, args.pairs), model, isa)
         print(line, flush=True)
         if not args.no_write:
             write_rows({row_key(line): line})

@@ -106,6 +106,16 @@ def test_speed_by_machine_refuses_a_steps_scale_it_cannot_run_in_one_line(flag):
     assert result.stderr == f"error: --steps-scale must be in (0, 100], got {float(flag)}\n", result.stderr
 
 
+@pytest.mark.parametrize("flag", ["0", "-1", "21"])
+def test_speed_by_machine_refuses_a_pairs_count_it_cannot_run_in_one_line(flag):
+    script = os.path.join(REPO, "benchmark", "speed_by_machine.py")
+    result = subprocess.run(
+        [sys.executable, script, "--pairs", flag, "--no-write"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert result.stderr == f"error: --pairs must be in 1..20, got {flag}\n", result.stderr
+
+
 def first_training_child(process: subprocess.Popen) -> tuple[str, list[str]]:
     """(pid, argv) of the tool's first child that trains (one with --log-dir, not lscpu), within a minute."""
     deadline, child, argv = time.time() + 60, None, []
