@@ -335,7 +335,9 @@ class QNetwork(nn.Module):
         # so under --bf16 we cast once, straight to the compute dtype and layout.
         dtype = torch.bfloat16 if bf16 else torch.float32
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
-        x = obs.to(dtype=dtype, memory_format=memory_format)
+        # the cast, then the layout: one copy doing both is a slow strided loop (uint8 to fp32 channels-last, 32 Atari
+        # stacks: 0.72 ms, against 0.39 ms in two passes; AMD EPYC Zen 3, 2 threads)
+        x = obs.to(dtype).contiguous(memory_format=memory_format)
         conv1 = self.network[0]
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
             # x / 255 folded into conv1's weight: conv(x, w / 255) = conv(x / 255, w), with the same parameters and

@@ -457,7 +457,9 @@ class QNetwork(nn.Module):
         # uint8 0..255 (float32 with --no-uint8-obs): integers up to 256 are exact in bf16, so one cast goes straight there
         dtype = torch.bfloat16 if bf16 else torch.float32
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
-        x = obs.to(dtype=dtype, memory_format=memory_format)
+        # the cast, then the layout: one copy doing both is a slow strided loop (uint8 to fp32 channels-last, 32 Atari
+        # stacks: 0.72 ms, against 0.39 ms in two passes; AMD EPYC Zen 3, 2 threads)
+        x = obs.to(dtype).contiguous(memory_format=memory_format)
         conv1 = self.network[0]
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
             # x / 255 folded into conv1's weight: conv(x, w / 255) = conv(x / 255, w), no pass over the batch.
