@@ -116,6 +116,14 @@ def test_speed_by_machine_refuses_a_pairs_count_it_cannot_run_in_one_line(flag):
     assert result.stderr == f"error: --pairs must be in 1..20, got {flag}\n", result.stderr
 
 
+@pytest.mark.parametrize("flag", ["-1", "2000"])
+def test_noisy_layer_forms_refuses_a_thread_count_in_one_line(flag):
+    script = os.path.join(REPO, "benchmark", "noisy_layer_forms.py")
+    result = subprocess.run([sys.executable, script, "--threads", flag], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert result.stderr == f"error: --threads must be in 0..1024 (0: torch's default), got {flag}\n", result.stderr
+
+
 def first_training_child(process: subprocess.Popen) -> tuple[str, list[str]]:
     """(pid, argv) of the tool's first child that trains (one with --log-dir, not lscpu), within a minute."""
     deadline, child, argv = time.time() + 60, None, []
