@@ -95,33 +95,22 @@ def test_sac_step_split_bad_input_is_one_line(flags, expected):
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("flag", ["-1", "0", "nan", "inf", "1e9"])
-def test_speed_by_machine_refuses_a_steps_scale_it_cannot_run_in_one_line(flag):
-    """Trial 21, Y3: --steps-scale -1 ran (clamped), nan and inf ended in ValueError and OverflowError tracebacks."""
-    script = os.path.join(REPO, "benchmark", "speed_by_machine.py")
-    result = subprocess.run(
-        [sys.executable, script, "--steps-scale", flag, "--no-write"], capture_output=True, text=True, timeout=60
-    )
+BAD_COUNTS = [
+    # trial 21, Y3: --steps-scale -1 ran (clamped), nan and inf ended in ValueError and OverflowError tracebacks
+    *[("speed_by_machine", ["--steps-scale", flag, "--no-write"], f"--steps-scale must be in (0, 100], got {float(flag)}")
+      for flag in ("-1", "0", "nan", "inf", "1e9")],
+    *[("speed_by_machine", ["--pairs", flag, "--no-write"], f"--pairs must be in 1..20, got {flag}") for flag in ("0", "-1", "21")],
+    *[("noisy_layer_forms", ["--threads", flag], f"--threads must be in 0..1024 (0: torch's default), got {flag}")
+      for flag in ("-1", "2000")],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("tool,flags,expected", BAD_COUNTS)
+def test_a_benchmark_tool_refuses_a_count_it_cannot_run_in_one_line(tool, flags, expected):
+    script = os.path.join(REPO, "benchmark", f"{tool}.py")
+    result = subprocess.run([sys.executable, script, *flags], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and result.stdout == "", result.stdout
-    assert result.stderr == f"error: --steps-scale must be in (0, 100], got {float(flag)}\n", result.stderr
-
-
-@pytest.mark.parametrize("flag", ["0", "-1", "21"])
-def test_speed_by_machine_refuses_a_pairs_count_it_cannot_run_in_one_line(flag):
-    script = os.path.join(REPO, "benchmark", "speed_by_machine.py")
-    result = subprocess.run(
-        [sys.executable, script, "--pairs", flag, "--no-write"], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 1 and result.stdout == "", result.stdout
-    assert result.stderr == f"error: --pairs must be in 1..20, got {flag}\n", result.stderr
-
-
-@pytest.mark.parametrize("flag", ["-1", "2000"])
-def test_noisy_layer_forms_refuses_a_thread_count_in_one_line(flag):
-    script = os.path.join(REPO, "benchmark", "noisy_layer_forms.py")
-    result = subprocess.run([sys.executable, script, "--threads", flag], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1 and result.stdout == "", result.stdout
-    assert result.stderr == f"error: --threads must be in 0..1024 (0: torch's default), got {flag}\n", result.stderr
+    assert result.stderr == f"error: {expected}\n", result.stderr
 
 
 def first_training_child(process: subprocess.Popen) -> tuple[str, list[str]]:
