@@ -313,14 +313,13 @@ def stratified_bootstrap(per_task: list[np.ndarray], statistic, reps: int = 2000
 
 
 def mean_std(values: list[float]) -> str:
+    """Mean ± std over seeds. One seed has no spread to show: its value stands alone (never "± 0")."""
     values = [v for v in values if v is not None]
     if not values:
         return "-"
-    return (
-        f"{np.mean(values):,.0f} ± {np.std(values):,.0f}"
-        if abs(np.mean(values)) >= 100
-        else f"{np.mean(values):.1f} ± {np.std(values):.1f}"
-    )
+    digits = 0 if abs(np.mean(values)) >= 100 else 1
+    mean = f"{np.mean(values):,.{digits}f}"
+    return mean if len(values) == 1 else f"{mean} ± {np.std(values):,.{digits}f}"
 
 
 def tianshou_best(runs: list[dict], up_to: int | None = None) -> tuple[int, np.ndarray] | None:
@@ -422,7 +421,13 @@ def aggregate_table(groups: dict, exp_names: list[str], published: dict) -> str:
                 cells.append("-")
                 continue
             point, low, high = stratified_bootstrap(per_task, statistic)
-            cells.append(f"{point:.2f} [{low:.2f}, {high:.2f}]")
+            # a task with one run resamples to itself: its bootstrap spread is 0, not a confidence interval
+            alone = sum(len(runs) == 1 for runs in per_task)
+            cells.append(
+                f"{point:.2f} [{low:.2f}, {high:.2f}]"
+                if not alone
+                else f"{point:.2f} (no CI: one run on {alone} of {len(per_task)} tasks)"
+            )
         lines.append(f"| {exp_name} | {len(final)} | {sum(len(t) for t in final)} | {' | '.join(cells)} |")
     return "\n".join(lines)
 

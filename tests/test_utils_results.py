@@ -345,6 +345,37 @@ def test_a_longer_run_is_read_against_a_shorter_published_budget_up_to_that_budg
     )
 
 
+def test_one_seed_shows_its_value_alone_and_no_confidence_interval(tmp_path):
+    """Trial of 2026-12-06: a cell of one seed read "8,597 ± 0", and its IQM "0.75 [0.75, 0.75]": a spread and an
+    interval that one run cannot have. A second seed brings both back."""
+    results = tmp_path / "results"
+    (results / "published.csv").parent.mkdir(parents=True)
+    (results / "published.csv").write_text(
+        "algorithm,env_id,source,steps,value,metric\na2c,Hopper-v4,Tianshou,1000000,1400,best\n"
+    )
+    page = tmp_path / "page.md"
+    page.write_text("<!-- results one: a2c_one -->\n<!-- /results -->\n")
+
+    def rows(*seeds: int) -> tuple[str, str]:
+        for seed in seeds:
+            record = fixture_record("a2c_one", "a2c_continuous_action_envpool", "Hopper-v4", seed, 1000.0 * seed, 1200.0)
+            path = results / "records" / "a2c_one" / f"Hopper-v4__{seed}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record))
+        command = results_command(results, tmp_path / "out")
+        subprocess.run([*command, "--docs", str(page)], capture_output=True, text=True, cwd=REPO, check=True)
+        lines = page.read_text().splitlines()
+        return next(x for x in lines if x.startswith("| a2c_one | Hopper-v4 |")), next(
+            x for x in lines if x.startswith("| a2c_one | 1 |")
+        )
+
+    cell, aggregate = rows(1)
+    assert cell.split(" | ")[4:6] == ["1,000", "1,200"] and "±" not in cell
+    assert aggregate.split(" | ")[3] == f"{1000 / 1400:.2f} (no CI: one run on 1 of 1 tasks)"
+    cell, aggregate = rows(2)  # seeds 1 and 2: finals 1,000 and 2,000
+    assert cell.split(" | ")[4] == "1,500 ± 500" and aggregate.split(" | ")[3].startswith(f"{1500 / 1400:.2f} [")
+
+
 def test_one_row_of_two_budgets_is_refused_in_one_line(tmp_path):
     """Trial 14: one cell's seeds at 1M and 3M made one row labelled with whichever seed sorted first."""
     results = tmp_path / "results"
