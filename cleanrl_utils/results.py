@@ -564,7 +564,8 @@ def plot_time_to_score(records: list[dict], path: str) -> None:
 #   <!-- results-headline NAME: EXP_NAME ... -->  aggregate table and performance profile (NAME.png)
 #   <!-- results-time NAME: SCRIPT ... -->  time-to-score table and curves (NAME.png) of those scripts' runs
 #   <!-- /results -->
-# "EXP_NAME ... @ ENV_ID ..." keeps those envs only (a slice that runs a script on some of its envs).
+# "EXP_NAME ... @ ENV_ID ..." (or "SCRIPT ... @ ENV_ID ...") keeps those envs only (a slice that runs a script on
+# some of its envs; one game's time-to-score runs beside another's of the same script).
 MARKER = re.compile(
     r"<!-- (?P<kind>results|results-headline|results-time) (?P<name>[\w-]+): (?P<exp_names>[^>]*?) -->\n.*?<!-- /results -->",
     re.S,
@@ -707,10 +708,11 @@ def main() -> None:
         def fill(match: re.Match) -> str:
             names, _, envs = match["exp_names"].partition(" @ ")  # "@ ENV_ID ...": those envs only
             chosen = {key: runs for key, runs in groups.items() if not envs or key[1] in envs.split()}
+            chosen_timed = [record for record in timed if not envs or record["env_id"] in envs.split()]
             page_dir = os.path.dirname(page) or "."
             nonlocal pngs, sections
             body, drew = section(
-                match["kind"], match["name"], names.split(), chosen, published, args.output_dir, page_dir, timed=timed
+                match["kind"], match["name"], names.split(), chosen, published, args.output_dir, page_dir, timed=chosen_timed
             )
             pngs, sections = pngs + drew, sections + 1
             return f"<!-- {match['kind']} {match['name']}: {match['exp_names']} -->\n{body}<!-- /results -->"

@@ -660,6 +660,35 @@ def test_time_to_score_stops_a_real_run_at_its_target_and_the_results_page_shows
     assert "## Time to score" in (tmp_path / "out" / "tables.md").read_text()
 
 
+def test_a_time_section_keeps_to_its_games(tmp_path):
+    """Time-to-score records of one script on two games: "SCRIPT @ ENV_ID" keeps a section to its game (PQN's Pong
+    section took in its Breakout run), and a section without "@" shows both."""
+    results = tmp_path / "results"
+    fixture = results / "records" / "a2c_continuous_action_envpool" / "Hopper-v4__1.json"
+    fixture.parent.mkdir(parents=True)  # the command needs one campaign record
+    fixture.write_text(
+        json.dumps(fixture_record("a2c_continuous_action_envpool", "a2c_continuous_action_envpool", "Hopper-v4", 1, 1.0, 2.0))
+    )
+    (results / "published.csv").write_text("algorithm,env_id,source,steps,value,metric\n")
+    (results / "time_to_score").mkdir()
+    for env_id, last in (("Pong-v5", 18.5), ("Breakout-v5", 12.0)):
+        games = [[1000 * i, 0.5 * i, last] for i in range(1, 21)]
+        record = dict(script="pqn_atari_envpool", env_id=env_id, seed=1, target=18.0, window=20, cap_minutes=30.0)
+        record |= dict(reached=False, minutes_to_target=None, steps_to_target=None, best_window_mean=last)
+        record |= dict(last_window_mean=last, minutes_run=10.0, steps_run=20_000, stopped_by="cap", cpu="fixture cpu")
+        record |= dict(gpu=None, command="fixture", games=games)
+        (results / "time_to_score" / f"pqn_atari_envpool__{env_id}__1.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    sections = ("pong: pqn_atari_envpool @ Pong-v5", "breakout: pqn_atari_envpool @ Breakout-v5", "both: pqn_atari_envpool")
+    page.write_text("".join(f"<!-- results-time {s} -->\n<!-- /results -->\n" for s in sections))
+    command = results_command(results, tmp_path / "out")
+    subprocess.run([*command, "--docs", str(page)], capture_output=True, text=True, cwd=REPO, check=True)
+    text = page.read_text()
+    bodies = [text[text.index(s) :].split("<!-- /results -->")[0] for s in sections]
+    games_shown = [[env for env in ("Pong-v5", "Breakout-v5") if f"| {env} |" in body] for body in bodies]
+    assert games_shown == [["Pong-v5"], ["Breakout-v5"], ["Pong-v5", "Breakout-v5"]]
+
+
 def test_time_to_score_stops_at_its_cap_between_polls_and_says_when_no_window_was_full(tmp_path):
     """Trial 31: a 0.4-minute cap ran 0.53 minutes (the cap was checked only after each 15 s poll), and a run with
     fewer games than the window ended "(best mean None)"."""
