@@ -62,6 +62,7 @@ class Cell:
     steps_per_iteration: int  # env steps between checkpoints the script can keep (num_envs x num_steps, or num_envs)
     flags: tuple[str, ...] = ()
     test_episodes: int = 10  # 0: no periodic test (the best_test_return column stays empty)
+    later: bool = False  # runs after every seed of the slice's other cells (the "then DDPG, as time allows")
 
 
 LOCOMOTION = ("HalfCheetah-v4", "Hopper-v4", "Walker2d-v4")
@@ -141,6 +142,7 @@ SLICES = {
             ("Hopper-v4", "HalfCheetah-v4"),
             300_000,
             1,
+            later=name == "ddpg",
         )
         for name in ("sac", "td3", "ddpg")
     ],
@@ -380,7 +382,15 @@ def main() -> None:
         check_writable_dir(args.runs_dir, "--runs-dir")
     seeds = range(1, (args.seeds or SEEDS[args.slice]) + 1)
     cpu = cpu_description()
-    plan = [(seed, cell, env_id) for seed in seeds for cell in SLICES[args.slice] for env_id in cell.env_ids]
+    # seed by seed over the cells, so that every cell has a first seed early; `later` cells after all of that
+    plan = [
+        (seed, cell, env_id)
+        for later in (False, True)
+        for seed in seeds
+        for cell in SLICES[args.slice]
+        if cell.later == later
+        for env_id in cell.env_ids
+    ]
     slice_envs = sorted({env_id for cell in SLICES[args.slice] for env_id in cell.env_ids})
     unknown = sorted(set(args.only_env) - set(slice_envs))
     if unknown:

@@ -220,6 +220,17 @@ def test_the_campaign_skips_finished_runs(tmp_path):
         assert refused.returncode == 1 and refused.stderr == f"error: {flag} {str(a_file)!r} is a file, not a folder\n"
 
 
+def test_the_off_policy_slice_runs_sac_and_td3_over_every_seed_before_ddpg(tmp_path):
+    """Issue 27's order for the off-policy tier: SAC and TD3 on Hopper and HalfCheetah over 3 seeds, then DDPG as
+    time allows. Seed-major over all three put DDPG's seed 1 before SAC's seed 2."""
+    command = [sys.executable, "benchmark/campaign.py", "--slice", "off-policy-mujoco", "--results-dir", str(tmp_path)]
+    out = subprocess.run([*command, "--dry-run"], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    listed = [line.split()[1:] for line in out.splitlines() if line.startswith("  todo")]
+    order = [(name.split("_")[0], int(seed)) for name, _env, _word, seed in listed]
+    expected = [(name, seed) for seed in (1, 2, 3) for name in ("sac", "td3")] + [("ddpg", seed) for seed in (1, 2, 3)]
+    assert order == [item for item in expected for _env in range(2)]
+
+
 def test_iqm_optimality_gap_and_the_stratified_bootstrap():
     assert iqm(np.array([100.0, 1, 2, 3, 4, 5, 6, 7])) == pytest.approx(np.mean([3, 4, 5, 6]))  # the middle half
     assert optimality_gap(np.array([0.5, 1.5, 0.8])) == pytest.approx((0.5 + 0 + 0.2) / 3)
