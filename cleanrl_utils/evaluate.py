@@ -217,9 +217,9 @@ def play(player: Player, episodes: int, video_dir: str | None = None) -> list[fl
     # it (trial 28: 10^20 episodes printed nothing, and a SIGTERM's line dropped every finished episode)
     said, last_line = [], -float("inf")
     if episodes > len(obs):  # trial 29: a first round of long games (Pong) printed nothing for minutes
-        print(f"playing {episodes:,} episodes, {len(obs)} at a time", flush=True)
-        said[:] = [f"0 of {episodes:,} episodes played"]
+        said[:] = [f"0 of {episodes:,} episodes played"]  # before the line: a stop right after it must say this
         LEFT_BEHIND.append(said[0])
+        print(f"playing {episodes:,} episodes, {len(obs)} at a time", flush=True)
     try:
         while len(returns) < episodes:
             if returns:  # a new round: every env starts a fresh episode (the seeded RNGs go on, so new ones)
