@@ -48,7 +48,7 @@ from cleanrl_utils.run import (
     run_folder,
     torch_all_finite,
 )
-from cleanrl_utils.steps import say_steps_run
+from cleanrl_utils.steps import say_steps_run, updates_due
 from cleanrl_utils.vector_env_state import SavedVectorEnv
 from cleanrl_utils.video import VideoJobs
 
@@ -231,13 +231,6 @@ def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> fl
     """From start_e at t = 0 down to end_e at t = duration, then end_e (validate_args: end_e <= start_e)."""
     slope = (end_e - start_e) / duration
     return max(slope * t + start_e, end_e)
-
-
-def updates_due(global_step: int, num_envs: int, every: int) -> int:
-    """How many multiples of `every` the step counter passed in the vector step that took it from
-    global_step - num_envs to global_step: the gradient steps (every = --train-frequency) or target updates due
-    then. Over a run they add up to total_timesteps // every for any env count."""
-    return global_step // every - (global_step - num_envs) // every
 
 
 class ReplayBuffer:

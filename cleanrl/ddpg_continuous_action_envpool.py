@@ -49,7 +49,7 @@ from cleanrl_utils.run import (
     run_folder,
     torch_all_finite,
 )
-from cleanrl_utils.steps import say_steps_run
+from cleanrl_utils.steps import say_steps_run, updates_due
 from cleanrl_utils.video import VideoJobs
 
 # Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
@@ -298,11 +298,6 @@ def actor_loss(actor: Actor, critic: QNetworks, obs: torch.Tensor) -> torch.Tens
     """The deterministic policy gradient's loss -Q(s, mu(s)), through the critic, whose weights are frozen (the
     actor's step must not move them)."""
     return -critic(obs, actor(obs), frozen=True)[0].mean()
-
-
-def updates_due(global_step: int, num_envs: int, every: int) -> int:
-    """How many multiples of `every` the global step passed in its last increment of `num_envs`."""
-    return global_step // every - (global_step - num_envs) // every
 
 
 if __name__ == "__main__":

@@ -21,19 +21,21 @@ import tyro
 
 from cleanrl_utils.checkpoint import (
     MAY_CHANGE_ON_RESUME,
+    load_ring_state,
     load_torch,
     restore_torch,
     resume_args,
     resumed_env_seed,
+    ring_state,
     save_torch,
     torch_rng_states,
 )
 from cleanrl_utils.checks import (
     check_envpool_id,
     check_epsilon_schedule,
-    check_memory,
     check_positive,
     check_replay_args,
+    check_replay_memory,
     check_run_args,
 )
 from cleanrl_utils.envpool_time_limit import make_envpool
@@ -48,7 +50,7 @@ from cleanrl_utils.run import (
     run_folder,
     torch_all_finite,
 )
-from cleanrl_utils.steps import say_steps_run
+from cleanrl_utils.steps import say_steps_run, updates_due
 from cleanrl_utils.video import VideoJobs
 
 # Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
@@ -151,12 +153,8 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     check_epsilon_schedule(args)
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari", num_envs=args.num_envs)
-    # A resumed run's full ring is in memory already, in the loaded checkpoint, and the new buffer takes its arrays
-    # over (ReplayBuffer.load_state_dict): it needs only the rest. A partly filled ring is copied: it holds nothing.
-    saved = checkpoint["replay_buffer"] if checkpoint else {}
-    full = bool(saved) and len(saved["frames"]) == args.buffer_size // args.num_envs
-    held = sum(value.nbytes for value in saved.values() if isinstance(value, torch.Tensor)) if full else 0
-    check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size", held=held)
+    saved = checkpoint["replay_buffer"] if checkpoint else {}  # a resumed run's full ring is taken over, not copied
+    check_replay_memory(ReplayBuffer.bytes_needed(args.buffer_size), saved, args.buffer_size // args.num_envs)
 
 
 def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000, render_mode: str | None = None):
@@ -165,16 +163,8 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_
     `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
     # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
-    return make_envpool(
-        env_id,
-        max_episode_steps,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        seed=seed,
-        episodic_life=True,
-        reward_clip=True,
-        render_mode=render_mode,
-    )
+    atari = dict(episodic_life=True, reward_clip=True, render_mode=render_mode)
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed, **atari)
 
 
 class ReplayBuffer:
@@ -266,34 +256,13 @@ class ReplayBuffer:
     ARRAYS = ("frames", "actions", "rewards", "dones", "valid", "game_start")
 
     def state_dict(self) -> dict:
-        """The filled ring slots only: slot t holds observation t until the ring wraps, so a young buffer saves its
-        first `num_obs` rows (a 1M buffer saved early is MBs, not 7 GB)."""
-        rows = min(self.num_obs, self.capacity)
-        arrays = {name: torch.from_numpy(getattr(self, name)[:rows]) for name in self.ARRAYS}
-        return arrays | dict(num_obs=self.num_obs, env_steps=self.env_steps, capacity=self.capacity)
+        """The filled ring slots only (a 1M buffer saved early is MBs, not 7 GB), and the counters."""
+        return ring_state(self, self.ARRAYS)
 
     def load_state_dict(self, state: dict) -> None:
-        """A saved buffer back into this one. A full ring is taken over without a copy: a resumed run then holds one
-        buffer in memory, not two (the fresh zero arrays were never touched, so they never took memory); a partly
-        filled one is copied into the first rows. An empty dict (a checkpoint saved with --no-checkpoint-buffer)
-        leaves the buffer empty. ValueError if a saved buffer does not fit this one."""
-        if not state:
-            return
-        capacity = int(state.get("capacity", state["frames"].shape[0]))  # older checkpoints saved every slot
-        if capacity != self.capacity:
-            raise ValueError(f"saved ring of {capacity} slots per env, this run's {self.capacity}")
-        arrays = {}
-        for name in self.ARRAYS:
-            saved, array = state[name].numpy(), getattr(self, name)
-            if saved.shape[1:] != array.shape[1:] or saved.dtype != array.dtype or len(saved) > len(array):
-                raise ValueError(f"saved {name} {saved.dtype}{list(saved.shape)}, this run's {array.dtype}{list(array.shape)}")
-            arrays[name] = saved
-        for name, saved in arrays.items():
-            if len(saved) == self.capacity:
-                setattr(self, name, saved)
-            else:
-                getattr(self, name)[: len(saved)] = saved
-        self.num_obs, self.env_steps = int(state["num_obs"]), int(state["env_steps"])
+        """A saved buffer back (a full ring taken over without a copy; an empty dict, --no-checkpoint-buffer's, leaves
+        this one empty). ValueError if it does not fit this one."""
+        load_ring_state(self, state, self.ARRAYS)
 
 
 class QNetwork(nn.Module):
@@ -302,16 +271,11 @@ class QNetwork(nn.Module):
     def __init__(self, num_actions: int, bf16: bool = False, channels_last: bool = False):
         super().__init__()
         self.network = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
-            nn.Flatten(),
-            nn.Linear(64 * 7 * 7, 512),
-            nn.ReLU(),
-        )
+            nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(),
+            nn.Linear(64 * 7 * 7, 512), nn.ReLU(),
+        )  # fmt: skip
         self.q_head = nn.Linear(512, num_actions)
         self.bf16, self.channels_last = bf16, channels_last
         if channels_last:
@@ -379,12 +343,6 @@ def td_loss(q_network: QNetwork, target_network: QNetwork, obs, actions, rewards
     return F.mse_loss(q_values, td_target), q_values.detach()
 
 
-def updates_due(global_step: int, num_envs: int, every: int) -> int:
-    """How many multiples of `every` the global step passed in its last increment of `num_envs`: the gradient
-    steps (or target updates) due now, so that their rate per env step does not depend on --num-envs."""
-    return global_step // every - (global_step - num_envs) // every
-
-
 if __name__ == "__main__":
     args = tyro.cli(Args)
     keys = dict(target_state_dict=dict, replay_buffer=dict)  # besides weights, Adam, counters
@@ -432,12 +390,7 @@ if __name__ == "__main__":
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = WRITTEN_BY | dict(
-            run_name=run_name,
-            args=vars(args),
-            iteration=iteration,
-            global_step=global_step,
-        )
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         weights = dict(model_state_dict=q_network.state_dict(), target_state_dict=target_network.state_dict())
         weights |= dict(optimizer_state_dict=optimizer.state_dict())
         replay = dict(replay_buffer=rb.state_dict() if args.checkpoint_buffer else {})
@@ -521,15 +474,8 @@ if __name__ == "__main__":
             writer.add_scalar("charts/torch_threads", threads.count, global_step)
             threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
-            exit_if_diverged(
-                torch_all_finite(q_network, loss),
-                iteration=iteration,
-                global_step=global_step,
-                checkpoint_path=checkpoint_path,
-                resumed_from=args.resume,
-                writer=writer,
-                progress=progress,
-            )
+            where = dict(iteration=iteration, global_step=global_step, checkpoint_path=checkpoint_path, writer=writer)
+            exit_if_diverged(torch_all_finite(q_network, loss), **where, resumed_from=args.resume, progress=progress)
         if saving:  # with the buffer this is GBs: a slow save says what it cost
             save_torch(checkpoint_path, training_state(iteration), progress, keep=args.keep_checkpoints)
         if args.capture_video and (iteration % args.video_every == 0 or last):

@@ -23,14 +23,16 @@ import tyro
 
 from cleanrl_utils.checkpoint import (
     MAY_CHANGE_ON_RESUME,
+    load_ring_state,
     load_torch,
     restore_torch,
     resume_args,
     resumed_env_seed,
+    ring_state,
     save_torch,
     torch_rng_states,
 )
-from cleanrl_utils.checks import check_envpool_id, check_memory, check_positive, check_replay_args, check_run_args
+from cleanrl_utils.checks import check_envpool_id, check_positive, check_replay_args, check_replay_memory, check_run_args
 from cleanrl_utils.envpool_time_limit import make_envpool
 from cleanrl_utils.evaluate import Player, play_in_bf16, written_by
 from cleanrl_utils.hardware import choose_speed_levers, this_machine
@@ -43,7 +45,7 @@ from cleanrl_utils.run import (
     run_folder,
     torch_all_finite,
 )
-from cleanrl_utils.steps import say_steps_run
+from cleanrl_utils.steps import say_steps_run, updates_due
 from cleanrl_utils.video import VideoJobs
 
 # Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
@@ -144,15 +146,11 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
     """Exit with one clear line (no traceback) on impossible settings, before anything is written (`checkpoint`: resumed)."""
     check_run_args(args)  # every float flag finite (NaN, inf) first
     check_positive(args, "n_step", "prioritized_replay_eps")
-    # A window reads n rows past its transition while the 4 frames of its stack stay in the ring (see ReplayBuffer)
     if args.n_step > 1_000:
         sys.exit(f"error: --n-step must be in [1, 1000], got {args.n_step}")
-    if args.buffer_size // max(args.num_envs, 1) < 16 + args.n_step:
-        sys.exit(
-            f"error: --n-step {args.n_step} needs --buffer-size >= {(16 + args.n_step) * max(args.num_envs, 1)} "
-            f"(16 + n steps per env; --buffer-size {args.buffer_size}, --num-envs {args.num_envs})"
-        )
-    check_replay_args(args, min_per_env=16 + args.n_step, resumed=checkpoint is not None)
+    # A window reads n rows past its transition while the 4 frames of its stack stay in the ring (see ReplayBuffer)
+    per_env = dict(min_per_env=16 + args.n_step, per_env_why=f"16 + --n-step {args.n_step}")
+    check_replay_args(args, **per_env, resumed=checkpoint is not None)
     for name in ("prioritized_replay_alpha", "prioritized_replay_beta"):
         if not 0 <= getattr(args, name) <= 1:
             sys.exit(f"error: --{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
@@ -160,12 +158,8 @@ def validate_args(args: Args, checkpoint: dict | None = None) -> None:
         sys.exit(f"error: --noisy-std must be in [0, 10] (0: no noise), got {args.noisy_std}")
     check_positive(args, "train_frequency", "target_network_frequency", "max_episode_steps")
     check_envpool_id(args.env_id, "envpool.atari", num_envs=args.num_envs)
-    # A resumed run's full ring is in memory already (the checkpoint), and ReplayBuffer.load_state_dict takes it over
-    # without a copy: only the rest is needed. A partly filled ring is copied: it holds nothing.
-    saved = checkpoint["replay_buffer"] if checkpoint else {}
-    full = bool(saved) and len(saved["frames"]) == args.buffer_size // args.num_envs
-    held = sum(value.nbytes for value in saved.values() if isinstance(value, torch.Tensor)) if full else 0
-    check_memory(ReplayBuffer.bytes_needed(args.buffer_size), "the replay buffer", "--buffer-size", held=held)
+    saved = checkpoint["replay_buffer"] if checkpoint else {}  # a resumed run's full ring is taken over, not copied
+    check_replay_memory(ReplayBuffer.bytes_needed(args.buffer_size), saved, args.buffer_size // args.num_envs)
 
 
 def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_000, render_mode: str | None = None):
@@ -346,37 +340,19 @@ class ReplayBuffer:
     ARRAYS = ("frames", "actions", "rewards", "dones", "valid", "game_start")
 
     def state_dict(self) -> dict:
-        """The filled ring slots only (a 1M buffer saved early is MBs, not 7 GB), and the priorities."""
-        rows = min(self.num_obs, self.capacity)
-        arrays = {name: torch.from_numpy(getattr(self, name)[:rows]) for name in self.ARRAYS}
-        leaves = self.tree.nodes[self.tree.first_leaf : self.tree.first_leaf + rows * self.num_envs]
-        arrays["priorities"] = torch.from_numpy(leaves.copy())
-        counters = dict(num_obs=self.num_obs, env_steps=self.env_steps, capacity=self.capacity, max_priority=self.max_priority)
-        return arrays | counters
+        """The filled ring slots only (a 1M buffer saved early is MBs, not 7 GB), the counters and the priorities."""
+        rows = min(self.num_obs, self.capacity) * self.num_envs
+        priorities = torch.from_numpy(self.tree.nodes[self.tree.first_leaf :][:rows].copy())
+        return ring_state(self, self.ARRAYS) | dict(priorities=priorities, max_priority=self.max_priority)
 
     def load_state_dict(self, state: dict) -> None:
-        """A saved buffer back: a full ring taken over without a copy (one buffer in memory, not two), a partly filled
-        one copied into the first rows, an empty dict (--no-checkpoint-buffer) ignored. ValueError if it does not fit."""
-        if not state:
-            return
-        if int(state["capacity"]) != self.capacity:
-            raise ValueError(f"saved ring of {int(state['capacity'])} slots per env, this run's {self.capacity}")
-        arrays = {}
-        for name in self.ARRAYS:
-            saved, array = state[name].numpy(), getattr(self, name)
-            if saved.shape[1:] != array.shape[1:] or saved.dtype != array.dtype or len(saved) > len(array):
-                raise ValueError(f"saved {name} {saved.dtype}{list(saved.shape)}, this run's {array.dtype}{list(array.shape)}")
-            arrays[name] = saved
-        if len(state["priorities"]) != len(arrays["frames"]) * self.num_envs:
-            raise ValueError(f"saved {len(state['priorities'])} priorities for {len(arrays['frames'])} rows")
-        for name, saved in arrays.items():
-            if len(saved) == self.capacity:
-                setattr(self, name, saved)
-            else:
-                getattr(self, name)[: len(saved)] = saved
-        self.tree.load(state["priorities"].numpy())
-        self.num_obs, self.env_steps = int(state["num_obs"]), int(state["env_steps"])
-        self.max_priority = float(state["max_priority"])
+        """A saved buffer back (a full ring taken over without a copy; an empty dict, --no-checkpoint-buffer's, leaves
+        this one empty), its priorities into the tree. ValueError if it does not fit this one."""
+        if state and len(state["priorities"]) != len(state["frames"]) * self.num_envs:
+            raise ValueError(f"saved {len(state['priorities'])} priorities for {len(state['frames'])} rows")
+        if load_ring_state(self, state, self.ARRAYS):
+            self.tree.load(state["priorities"].numpy())
+            self.max_priority = float(state["max_priority"])
 
 
 class NoisyLinear(nn.Module):
@@ -530,12 +506,6 @@ def td_loss(q_network: QNetwork, target_network: QNetwork, obs, actions, returns
     cross_entropy = -(target * pmfs.clamp(min=1e-5, max=1 - 1e-5).log()).sum(dim=1)
     loss = (cross_entropy * weights).mean()
     return loss, cross_entropy.detach(), (pmfs.detach() * q_network.atoms).sum(dim=1)
-
-
-def updates_due(global_step: int, num_envs: int, every: int) -> int:
-    """How many multiples of `every` the global step passed in its last increment of `num_envs`: the gradient
-    steps (or target updates) due now, so that their rate per env step does not depend on --num-envs."""
-    return global_step // every - (global_step - num_envs) // every
 
 
 if __name__ == "__main__":

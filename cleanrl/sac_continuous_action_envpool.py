@@ -43,7 +43,7 @@ from cleanrl_utils.run import (
     run_folder,
     torch_all_finite,
 )
-from cleanrl_utils.steps import say_steps_run
+from cleanrl_utils.steps import say_steps_run, updates_due
 from cleanrl_utils.video import VideoJobs
 
 # Every saved model and checkpoint records which script wrote it, and where: evaluate plays that file's player.
@@ -332,11 +332,6 @@ def actor_loss(actor: Actor, critic: QNetworks, entropy: EntropyCoefficient, obs
     policy_loss = (alpha.detach() * log_pi - min_q).mean()
     alpha_loss = (-alpha * (log_pi.detach() + target_entropy)).mean()
     return policy_loss, alpha_loss
-
-
-def updates_due(global_step: int, num_envs: int, every: int) -> int:
-    """How many multiples of `every` the global step passed in its last increment of `num_envs`."""
-    return global_step // every - (global_step - num_envs) // every
 
 
 if __name__ == "__main__":

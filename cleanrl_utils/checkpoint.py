@@ -507,6 +507,44 @@ def _fits(value, name: str, args_class) -> bool:
     return any(checks[option] for option in options)
 
 
+# ---- replay buffers of frame rings ----
+
+
+def ring_state(ring, names: tuple[str, ...]) -> dict:
+    """A frame-ring replay buffer's checkpoint content: its arrays `names`, filled slots only (slot t holds
+    observation t until the ring wraps: a 1M buffer saved early is MBs, not 7 GB), as tensors sharing their memory,
+    and its counters `num_obs`, `env_steps` and `capacity` (slots per env)."""
+    import torch
+
+    rows = min(ring.num_obs, ring.capacity)
+    arrays = {name: torch.from_numpy(getattr(ring, name)[:rows]) for name in names}
+    return arrays | dict(num_obs=ring.num_obs, env_steps=ring.env_steps, capacity=ring.capacity)
+
+
+def load_ring_state(ring, state: dict, names: tuple[str, ...]) -> bool:
+    """`ring_state`'s content back into `ring`. A full ring is taken over without a copy: a resumed run then holds one
+    buffer in memory, not two (the fresh zero arrays were never touched, so they never took memory); a partly filled
+    one is copied into the first rows. An empty dict (a checkpoint saved with --no-checkpoint-buffer) leaves the
+    buffer empty: False. ValueError, before anything changes, if the saved buffer does not fit this one."""
+    if not state:
+        return False
+    capacity = int(state.get("capacity", state[names[0]].shape[0]))  # older checkpoints saved every slot
+    if capacity != ring.capacity:
+        raise ValueError(f"saved ring of {capacity} slots per env, this run's {ring.capacity}")
+    saved = {name: state[name].numpy() for name in names}
+    for name, rows in saved.items():
+        array = getattr(ring, name)
+        if rows.shape[1:] != array.shape[1:] or rows.dtype != array.dtype or len(rows) > len(array):
+            raise ValueError(f"saved {name} {rows.dtype}{list(rows.shape)}, this run's {array.dtype}{list(array.shape)}")
+    for name, rows in saved.items():
+        if len(rows) == ring.capacity:
+            setattr(ring, name, rows)
+        else:
+            getattr(ring, name)[: len(rows)] = rows
+    ring.num_obs, ring.env_steps = int(state["num_obs"]), int(state["env_steps"])
+    return True
+
+
 # ---- RNG states ----
 
 

@@ -217,17 +217,18 @@ def check_rollout_shape(
         sys.exit(f"error: --total-timesteps {total_timesteps} is smaller than one rollout ({batch_size} steps)")
 
 
-def check_replay_args(args, min_per_env: int = 1, resumed: bool = False) -> None:
-    """The flags of every replay-buffer script: positive sizes, at least `min_per_env` transitions per env,
-    a batch no larger than the buffer, one step of every env in --total-timesteps, --learning-starts before
-    the end (else the run never trains; a `resumed` run may end anywhere, it may have trained already), --tau in (0, 1] where the script has one."""
+def check_replay_args(args, min_per_env: int = 1, resumed: bool = False, per_env_why: str = "") -> None:
+    """The flags of every replay-buffer script: positive sizes, at least `min_per_env` transitions per env (what
+    makes that number: `per_env_why`), a batch no larger than the buffer, one step of every env in
+    --total-timesteps, --learning-starts before the end (else the run never trains; a `resumed` run may end anywhere, it may have trained already), --tau in (0, 1] where the script has one."""
     check_positive(args, "num_envs", "buffer_size", "batch_size")
     if args.batch_size > args.buffer_size:
         sys.exit(f"error: --batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")
     if args.buffer_size // args.num_envs < min_per_env:
         sys.exit(
             f"error: --buffer-size {args.buffer_size} leaves fewer than {min_per_env} transitions per env "
-            f"(--num-envs {args.num_envs})"
+            f"({per_env_why + '; ' if per_env_why else ''}--num-envs {args.num_envs}): "
+            f"set --buffer-size >= {min_per_env * args.num_envs}"
         )
     if args.total_timesteps < args.num_envs:
         sys.exit(f"error: --total-timesteps {args.total_timesteps} is less than one step of --num-envs {args.num_envs} envs")
@@ -293,6 +294,15 @@ def check_memory(bytes_needed: int, what: str, flags: str, held: int = 0) -> Non
             f"error: {what} needs {bytes_needed / 2**30:,.1f} GiB{loaded}, more than the {available / 2**30:,.1f} GiB "
             f"{where}; lower {flags}"
         )
+
+
+def check_replay_memory(bytes_needed: int, saved: dict, capacity: int) -> None:
+    """`check_memory` for a frame-ring replay buffer of `capacity` slots per env. `saved`: a resumed run's buffer, as
+    its checkpoint holds it (`ring_state`; empty for a fresh run). A full saved ring is in memory already, and the
+    new buffer takes its arrays over (`load_ring_state`): only the rest is needed. A partly filled one is copied."""
+    full = bool(saved) and len(saved["frames"]) == capacity
+    held = sum(value.nbytes for value in saved.values() if hasattr(value, "nbytes")) if full else 0
+    check_memory(bytes_needed, "the replay buffer", "--buffer-size", held=held)
 
 
 # EnvPool's task families, by the module its registry names for an id.

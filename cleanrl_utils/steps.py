@@ -11,3 +11,10 @@ def say_steps_run(total_timesteps: int, steps_per_iteration: int, iteration: str
             f"{steps_per_iteration:,} steps each): this run takes {steps:,} steps",
             flush=True,
         )
+
+
+def updates_due(global_step: int, num_envs: int, every: int) -> int:
+    """How many multiples of `every` the step counter passed in the vector step that took it from
+    global_step - num_envs to global_step: the gradient steps (every = --train-frequency), target updates or log
+    lines due then. Over a run they add up to total_timesteps // every for any env count."""
+    return global_step // every - (global_step - num_envs) // every

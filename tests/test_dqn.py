@@ -25,7 +25,8 @@ from helpers import (
     run_script,
 )
 
-from cleanrl.dqn import QNetwork, ReplayBuffer, linear_schedule, make_env, real_next_obs, td_loss, updates_due
+from cleanrl.dqn import QNetwork, ReplayBuffer, linear_schedule, make_env, real_next_obs, td_loss
+from cleanrl_utils.steps import updates_due
 
 SCRIPT = "dqn"
 TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon"}

@@ -20,7 +20,8 @@ from helpers import (
     run_script,
 )
 
-from cleanrl.dqn_atari_envpool import QNetwork, ReplayBuffer, make_env, td_loss, updates_due
+from cleanrl.dqn_atari_envpool import QNetwork, ReplayBuffer, make_env, td_loss
+from cleanrl_utils.steps import updates_due
 
 SCRIPT = "dqn_atari_envpool"
 

@@ -325,7 +325,12 @@ BAD_INPUT = [
     (["--noisy-std", "-1"], ["--noisy-std must be in [0, 10]", "got -1.0"]),
     (["--noisy-std", "1e30"], ["--noisy-std must be in [0, 10]", "got 1e+30"]),  # trial 6, Q5: trained until it diverged
     (["--gamma", "inf"], ["--gamma must be a finite number, got inf"]),
-    (["--n-step", "100", "--buffer-size", "200", "--num-envs", "2"], ["--n-step 100", "--buffer-size >= 232"]),
+    (
+        ["--n-step", "100", "--buffer-size", "200", "--num-envs", "2"],
+        [
+            "--buffer-size 200 leaves fewer than 116 transitions per env (16 + --n-step 100; --num-envs 2): set --buffer-size >= 232"
+        ],
+    ),
     (["--n-step", "100000", "--buffer-size", "5000"], ["--n-step must be in [1, 1000], got 100000"]),  # trial 6, Q6
     (["--n-atoms", "1"], ["--n-atoms must be in [2, 10000], got 1"]),
     (["--v-min", "5", "--v-max", "5"], ["--v-min 5.0 and --v-max 5.0 must hold -1,000,000 <= v-min < v-max <= 1,000,000"]),

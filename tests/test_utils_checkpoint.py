@@ -22,11 +22,13 @@ from cleanrl_utils.checkpoint import (
     RESEED_STRIDE,
     check_checkpoint,
     load_msgpack,
+    load_ring_state,
     load_torch,
     msgpack_rng_states,
     restore_torch,
     restored_or_exit,
     resumed_env_seed,
+    ring_state,
     save_msgpack,
     save_torch,
     set_msgpack_rng_states,
@@ -777,3 +779,66 @@ def test_a_full_disk_under_the_last_video_of_a_finished_run_says_how_to_film_it(
     )
     assert resumed.returncode == 0, resumed.stderr
     assert f"model saved to {run_dir / 'ppo.cleanrl_model'}" in resumed.stdout
+
+
+class Ring:
+    """The smallest frame-ring replay: what `ring_state` and `load_ring_state` read and write."""
+
+    ARRAYS = ("frames", "dones")
+
+    def __init__(self, capacity: int, num_envs: int = 2):
+        self.capacity, self.num_obs, self.env_steps = capacity, 0, 0
+        self.frames = np.zeros((capacity, num_envs, 3), np.uint8)
+        self.dones = np.zeros((capacity, num_envs), bool)
+
+    def write(self, count: int) -> None:
+        for _ in range(count):
+            slot = self.num_obs % self.capacity
+            self.frames[slot], self.dones[slot] = self.num_obs % 256, self.num_obs % 3 == 0
+            self.num_obs, self.env_steps = self.num_obs + 1, self.env_steps + 2
+
+
+def test_a_ring_saves_its_filled_slots_and_a_full_one_is_taken_over_without_a_copy(tmp_path):
+    young = Ring(8)
+    young.write(5)
+    state = ring_state(young, Ring.ARRAYS)
+    assert state["frames"].shape == (5, 2, 3) and (state["num_obs"], state["env_steps"], state["capacity"]) == (5, 10, 8)
+    restored = Ring(8)
+    assert load_ring_state(restored, state, Ring.ARRAYS)
+    assert restored.frames.shape == (8, 2, 3) and not np.shares_memory(restored.frames, state["frames"].numpy())
+    for name in Ring.ARRAYS:
+        np.testing.assert_array_equal(getattr(restored, name), getattr(young, name))
+    assert (restored.num_obs, restored.env_steps) == (5, 10)
+
+    wrapped = Ring(8)
+    wrapped.write(13)  # every slot written, five of them twice
+    torch.save(ring_state(wrapped, Ring.ARRAYS), tmp_path / "ring.pt")
+    state = torch.load(tmp_path / "ring.pt", weights_only=True)
+    restored = Ring(8)
+    load_ring_state(restored, state, Ring.ARRAYS)
+    assert np.shares_memory(restored.frames, state["frames"].numpy())  # one buffer in memory, not two
+    np.testing.assert_array_equal(restored.frames, wrapped.frames)
+    restored.write(1)  # and it goes on like the original
+    wrapped.write(1)
+    np.testing.assert_array_equal(restored.frames, wrapped.frames)
+    assert load_ring_state(Ring(8), {}, Ring.ARRAYS) is False  # saved with --no-checkpoint-buffer: left empty
+
+
+@pytest.mark.parametrize("change", ["capacity", "dtype", "shape", "rows"])
+def test_a_ring_that_does_not_fit_raises_before_anything_changes(change):
+    saved = Ring(8)
+    saved.write(6)
+    state = ring_state(saved, Ring.ARRAYS)
+    if change == "dtype":
+        state["dones"] = state["dones"].to(torch.uint8)
+    elif change == "shape":
+        state["frames"] = torch.zeros(6, 2, 4, dtype=torch.uint8)
+    elif change == "rows":  # more rows than the ring has slots
+        state["frames"], state["dones"] = torch.zeros(9, 2, 3, dtype=torch.uint8), torch.zeros(9, 2, dtype=torch.bool)
+    target = Ring(16 if change == "capacity" else 8)
+    target.write(2)
+    before = {name: getattr(target, name).copy() for name in Ring.ARRAYS}
+    expected = "saved ring of 8 slots per env, this run's 16" if change == "capacity" else "saved (frames|dones) "
+    with pytest.raises(ValueError, match=expected):
+        load_ring_state(target, state, Ring.ARRAYS)
+    assert target.num_obs == 2 and all(np.array_equal(getattr(target, name), before[name]) for name in Ring.ARRAYS)

@@ -401,7 +401,7 @@ def test_check_replay_args():
             check_replay_args(replay_args(**changes))  # 12 per env: enough by default ...
             one_line_exit(  # ... not for a script that asks for 16
                 lambda: check_replay_args(replay_args(**changes), min_per_env=16),
-                "error: --buffer-size 100 leaves fewer than 16 transitions per env (--num-envs 8)",
+                "error: --buffer-size 100 leaves fewer than 16 transitions per env (--num-envs 8): set --buffer-size >= 128",
             )
         else:
             one_line_exit(lambda: check_replay_args(replay_args(**changes)), expected)
