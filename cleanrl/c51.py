@@ -387,12 +387,7 @@ if __name__ == "__main__":
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = WRITTEN_BY | dict(
-            run_name=run_name,
-            args=vars(args),
-            iteration=iteration,
-            global_step=global_step,
-        )
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         weights = dict(model_state_dict=q_network.state_dict(), target_state_dict=target_network.state_dict())
         weights |= dict(optimizer_state_dict=optimizer.state_dict())
         replay = dict(replay_buffer=rb.state_dict() if args.checkpoint_buffer else {})
@@ -465,15 +460,8 @@ if __name__ == "__main__":
             writer.add_scalar("charts/torch_threads", threads.count, global_step)
             threads.update()  # fewer threads while another process computes on these cores
         if logging or saving:  # a diverged run must never be saved
-            exit_if_diverged(
-                torch_all_finite(q_network, loss),
-                iteration=iteration,
-                global_step=global_step,
-                checkpoint_path=checkpoint_path,
-                resumed_from=args.resume,
-                writer=writer,
-                progress=progress,
-            )
+            where = dict(iteration=iteration, global_step=global_step, checkpoint_path=checkpoint_path, writer=writer)
+            exit_if_diverged(torch_all_finite(q_network, loss), **where, resumed_from=args.resume, progress=progress)
         if saving:
             save_torch(checkpoint_path, training_state(iteration), progress, keep=args.keep_checkpoints)
         if args.capture_video and (iteration % args.video_every == 0 or last):

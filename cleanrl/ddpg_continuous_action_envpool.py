@@ -351,12 +351,7 @@ if __name__ == "__main__":
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = WRITTEN_BY | dict(
-            run_name=run_name,
-            args=vars(args),
-            iteration=iteration,
-            global_step=global_step,
-        )
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         counters |= dict(num_updates=num_updates)  # the delayed schedules go on where they were
         weights = dict(model_state_dict=actor.state_dict(), critic_state_dict=critic.state_dict())
         weights |= dict(target_critic_state_dict=target_critic.state_dict(), target_actor_state_dict=target_actor.state_dict())

@@ -440,12 +440,7 @@ if __name__ == "__main__":
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = WRITTEN_BY | dict(
-            run_name=run_name,
-            args=vars(args),
-            iteration=iteration,
-            global_step=global_step,
-        )
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         weights = dict(model_state_dict=agent.state_dict(), optimizer_state_dict=optimizer.state_dict())
         statistics = {name: rms.state_dict() for name, rms in normalisers.items()}
         adapted = {"learning_rate": optimizer.param_groups[0]["lr"]}  # the PPO script's key; the schedule recomputes it

@@ -200,17 +200,8 @@ def make_env(
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames.
     `num_threads` 0 lets EnvPool choose (one thread per env, up to the cores)."""
     # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
-    return make_envpool(
-        env_id,
-        max_episode_steps,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        seed=seed,
-        episodic_life=True,
-        reward_clip=True,
-        render_mode=render_mode,
-        num_threads=num_threads,
-    )
+    atari = dict(episodic_life=True, reward_clip=True, render_mode=render_mode, num_threads=num_threads)
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed, **atari)
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -611,15 +602,8 @@ if __name__ == "__main__":
         writer.add_scalar("charts/SPS", sps, global_step)
         writer.add_scalar("charts/torch_threads", threads.count, global_step)
 
-        exit_if_diverged(
-            finite,
-            iteration=iteration,
-            global_step=global_step,
-            checkpoint_path=checkpoint_path,
-            resumed_from=args.resume,
-            writer=writer,
-            progress=progress,
-        )
+        where = dict(iteration=iteration, global_step=global_step, checkpoint_path=checkpoint_path, writer=writer)
+        exit_if_diverged(finite, **where, resumed_from=args.resume, progress=progress)
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)
         last = iteration == args.num_iterations or stopping

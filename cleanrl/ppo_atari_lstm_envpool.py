@@ -163,17 +163,8 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_
     `info["terminated"]` marks game over. `render_mode="rgb_array"` (evaluation videos only) makes `render()` return
     full RGB frames."""
     # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
-    return make_envpool(
-        env_id,
-        max_episode_steps,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        seed=seed,
-        stack_num=1,
-        episodic_life=True,
-        reward_clip=True,
-        render_mode=render_mode,
-    )
+    atari = dict(stack_num=1, episodic_life=True, reward_clip=True, render_mode=render_mode)
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed, **atari)
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -200,14 +191,8 @@ class PolicyOutput(NamedTuple):
 class Agent(nn.Module):
     """Nature CNN trunk on one frame, an LSTM, and a categorical actor and a value head on the LSTM's output."""
 
-    def __init__(
-        self,
-        num_actions: int,
-        lstm_size: int = 128,
-        actor_init_std: float = 0.01,
-        bf16: bool = False,
-        channels_last: bool = False,
-    ):
+    def __init__(self, num_actions: int, lstm_size: int = 128, actor_init_std: float = 0.01, bf16: bool = False,
+                 channels_last: bool = False):  # fmt: skip
         super().__init__()
         self.network = nn.Sequential(
             layer_init(nn.Conv2d(1, 32, 8, stride=4)),
@@ -307,9 +292,7 @@ def evaluation_player(
     render_mode = "rgb_array" if render else None
     envs = make_env(train_args["env_id"], num_envs, seed, train_args["max_episode_steps"], render_mode=render_mode)
     bf16, channels_last = play_in_bf16(train_args, device), train_args["channels_last"] == "on"
-    agent = Agent(
-        envs.single_action_space.n, train_args["lstm_size"], bf16=bf16, channels_last=channels_last
-    )  # weights: loaded
+    agent = Agent(envs.single_action_space.n, train_args["lstm_size"], bf16=bf16, channels_last=channels_last)
     agent.load_state_dict(saved["model_state_dict"])
     agent.to(device).eval()
     playing = PlayingEnvs(envs, StateResets(num_envs, device))
@@ -546,13 +529,8 @@ if __name__ == "__main__":
     env_seed = resumed_env_seed(args.seed, checkpoint["iteration"] if checkpoint else 0)
     envs = make_env(args.env_id, args.num_envs, env_seed, args.max_episode_steps)
 
-    agent = Agent(
-        envs.single_action_space.n,
-        args.lstm_size,
-        args.actor_init_std,
-        bf16=args.precision == "bf16",
-        channels_last=args.channels_last == "on",
-    ).to(device)
+    levers = dict(bf16=args.precision == "bf16", channels_last=args.channels_last == "on")
+    agent = Agent(envs.single_action_space.n, args.lstm_size, args.actor_init_std, **levers).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=args.fused_adam)
     start_iteration, global_step = 1, 0
     if checkpoint:  # weights, Adam and RNG states (one line if they do not fit); prints where the run resumes
@@ -565,12 +543,7 @@ if __name__ == "__main__":
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = WRITTEN_BY | dict(
-            run_name=run_name,
-            args=vars(args),
-            iteration=iteration,
-            global_step=global_step,
-        )
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         weights = dict(model_state_dict=agent.state_dict(), optimizer_state_dict=optimizer.state_dict())
         return counters | weights | {"rng": torch_rng_states()}
 
@@ -655,15 +628,8 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(agent, loss)
-        exit_if_diverged(
-            finite,
-            iteration=iteration,
-            global_step=global_step,
-            checkpoint_path=checkpoint_path,
-            resumed_from=args.resume,
-            writer=writer,
-            progress=progress,
-        )
+        where = dict(iteration=iteration, global_step=global_step, checkpoint_path=checkpoint_path, writer=writer)
+        exit_if_diverged(finite, **where, resumed_from=args.resume, progress=progress)
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)
         last = iteration == args.num_iterations or stopping

@@ -149,16 +149,8 @@ def make_env(env_id: str, num_envs: int, seed: int, max_episode_steps: int = 27_
     `info["reward"]` keeps the unclipped reward and `info["terminated"]` marks game over.
     `render_mode="rgb_array"` (evaluation videos only) makes `render()` return full RGB frames."""
     # The limit is exact: a game over on the limit step stays a termination (EnvPool alone says truncated).
-    return make_envpool(
-        env_id,
-        max_episode_steps,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        seed=seed,
-        episodic_life=True,
-        reward_clip=True,
-        render_mode=render_mode,
-    )
+    atari = dict(episodic_life=True, reward_clip=True, render_mode=render_mode)
+    return make_envpool(env_id, max_episode_steps, env_type="gymnasium", num_envs=num_envs, seed=seed, **atari)
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -325,12 +317,7 @@ if __name__ == "__main__":
         return path
 
     def training_state(iteration: int) -> dict:
-        counters = WRITTEN_BY | dict(
-            run_name=run_name,
-            args=vars(args),
-            iteration=iteration,
-            global_step=global_step,
-        )
+        counters = WRITTEN_BY | dict(run_name=run_name, args=vars(args), iteration=iteration, global_step=global_step)
         weights = dict(model_state_dict=q_network.state_dict(), optimizer_state_dict=optimizer.state_dict())
         return counters | weights | {"rng": torch_rng_states()}
 
@@ -429,15 +416,8 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(q_network, loss)
-        exit_if_diverged(
-            finite,
-            iteration=iteration,
-            global_step=global_step,
-            checkpoint_path=checkpoint_path,
-            resumed_from=args.resume,
-            writer=writer,
-            progress=progress,
-        )
+        where = dict(iteration=iteration, global_step=global_step, checkpoint_path=checkpoint_path, writer=writer)
+        exit_if_diverged(finite, **where, resumed_from=args.resume, progress=progress)
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)
         last = iteration == args.num_iterations or stopping

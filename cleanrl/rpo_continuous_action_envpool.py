@@ -551,15 +551,8 @@ if __name__ == "__main__":
         # Read the stop flag once: a signal landing between two reads must not skip the save.
         stopping = stop.requested
         finite = torch_all_finite(agent, loss)
-        exit_if_diverged(
-            finite,
-            iteration=iteration,
-            global_step=global_step,
-            checkpoint_path=checkpoint_path,
-            resumed_from=args.resume,
-            writer=writer,
-            progress=progress,
-        )
+        where = dict(iteration=iteration, global_step=global_step, checkpoint_path=checkpoint_path, writer=writer)
+        exit_if_diverged(finite, **where, resumed_from=args.resume, progress=progress)
         if checkpoint_due(iteration, args.num_iterations, args.checkpoint_every, stopping):
             save_torch(checkpoint_path, training_state(iteration), keep=args.keep_checkpoints)
         last = iteration == args.num_iterations or stopping
