@@ -220,7 +220,8 @@ def check_rollout_shape(
 def check_replay_args(args, min_per_env: int = 1, resumed: bool = False, per_env_why: str = "") -> None:
     """The flags of every replay-buffer script: positive sizes, at least `min_per_env` transitions per env (what
     makes that number: `per_env_why`), a batch no larger than the buffer, one step of every env in
-    --total-timesteps, --learning-starts before the end (else the run never trains; a `resumed` run may end anywhere, it may have trained already), --tau in (0, 1] where the script has one."""
+    --total-timesteps, --learning-starts before the end (else the run never trains; a `resumed` run may end
+    anywhere, it may have trained already), --tau in (0, 1] where the script has one."""
     check_positive(args, "num_envs", "buffer_size", "batch_size")
     if args.batch_size > args.buffer_size:
         sys.exit(f"error: --batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}")

@@ -1,4 +1,5 @@
-"""The env steps a run takes, said when they are not what --total-timesteps asked for."""
+"""Step counting: the env steps a run takes, said when they are not what --total-timesteps asked for, and the
+updates due as the step counter advances by --num-envs."""
 
 
 def say_steps_run(total_timesteps: int, steps_per_iteration: int, iteration: str) -> None:
