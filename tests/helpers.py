@@ -141,6 +141,14 @@ def run_on_marked_frames(script: str, *args: str, lag: int = 0, timeout: float =
     return run_python(command[1:], env={"MARKED_FRAMES_LAG": str(lag)}, timeout=timeout)
 
 
+def marked_frame_returns(script: str, *args: str, log_dir, lag: int = 0) -> list[float]:
+    """The returns of every game of `script` run on marked Atari frames (`run_on_marked_frames`) with its run
+    folder under `log_dir`; the run must exit 0."""
+    result = run_on_marked_frames(script, *args, "--log-dir", str(log_dir), lag=lag)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [value for _, value in read_scalars(only_run_dir(log_dir))["charts/episodic_return"]]
+
+
 def assert_one_error_line(result: subprocess.CompletedProcess, fragments: list[str], ignore_warnings: bool = False) -> None:
     """A user mistake's outcome: non-zero exit, no traceback, and exactly one non-empty stderr line,
     `error: ...`, holding every fragment. ignore_warnings: library warning lines (EnvPool's gym

@@ -14,12 +14,13 @@ from gae_reference import next_step_reference
 from helpers import (
     ATARI_TAGS,
     assert_evaluates_whole_games_of_its_weights,
+    marked_frame_returns,
     only_run_dir,
     read_scalars,
     run_interrupted,
-    run_on_marked_frames,
     run_script,
 )
+from test_ppo_atari_envpool import MARKED
 
 from cleanrl.ppo_atari_envpool import compute_gae
 from cleanrl.ppo_atari_envpool_async import Agent, Args, collect_rollout, compute_gae_async, make_env, new_storage, ppo_update
@@ -281,19 +282,13 @@ def test_saved_model_evaluates(two_short_runs, tmp_path):
 # 16 iterations of 16 envs x 16 steps: long enough to interrupt in the middle
 # ---- learning ----
 
-# Marked Pong frames (tests/marked_frames.py): +1 for RIGHT on a white band, LEFT on a black one. Random play earns
-# 64/6 = 10.7 in a 64-step game, a policy that ignores the band at most 32. The defaults except the game length,
-# --update-epochs 2 (half the update's time) and fp32 (as calibrated, on every CPU kind). Calibration on a 2-core
-# AMD EPYC (Zen 4), last-20-game means at 20,480 steps: 44.0, 42.0, 47.6 on seeds 1, 2, 3 (first-20 means 10.9, 9.5,
-# 11.7), about 36 s each; with the default 4 epochs 45.6, 46.3, 43.2 in 51 s (at 16,384 steps: 34.8, 37.5, 38.2).
-MARKED = ["--env-id", "Pong-v5", "--max-episode-steps", "64", "--total-timesteps", "20480", "--update-epochs", "2"]
-MARKED += ["--precision", "fp32"]
 
-
+# Marked Pong frames: tests/test_ppo_atari_envpool.py's settings (the defaults except the game length, --update-epochs 2
+# and fp32). Calibration on a 2-core AMD EPYC (Zen 4), last-20-game means at 20,480 steps: 44.0, 42.0, 47.6 on seeds
+# 1, 2, 3 (first-20 means 10.9, 9.5, 11.7), about 36 s each; with the default 4 epochs 45.6, 46.3, 43.2 in 51 s (at
+# 16,384 steps: 34.8, 37.5, 38.2).
 def test_learns_to_read_the_newest_frame_of_the_env_it_acts_in(tmp_path):
-    result = run_on_marked_frames(SCRIPT, *MARKED, "--seed", "1", "--log-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-3000:]
-    returns = [value for _, value in read_scalars(only_run_dir(tmp_path))["charts/episodic_return"]]
+    returns = marked_frame_returns(SCRIPT, *MARKED, "--seed", "1", log_dir=tmp_path)
     assert np.mean(returns[:20]) < 16, returns[:20]  # random play first
     assert np.mean(returns[-20:]) > 32, returns[-20:]  # above any policy that cannot see the band
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
-from helpers import assert_one_error_line, evaluate_cli_returns, only_run_dir, read_scalars, run_on_marked_frames, run_script
+from helpers import assert_one_error_line, evaluate_cli_returns, marked_frame_returns, only_run_dir, read_scalars, run_script
 
 import cleanrl.dqn_atari_envpool as dqn_atari
 import cleanrl.sac_atari_envpool as sac_atari
@@ -115,26 +115,23 @@ def test_a_resume_restores_every_network_and_the_buffer(short_run):
 # Marked Pong frames (tests/marked_frames.py): +1 for RIGHT on a white band, LEFT on a black one. Random play earns
 # 64/6 = 10.7 in a 64-step game, a policy that ignores the band at most 32, one that reads it 64. The defaults but for
 # 4 envs, batch 16, targets copied every 500 steps, fp32, one thread, and alpha fixed at its default 0.2
-# (--no-autotune). Why not autotune: the target entropy 0.89 log 6 = 1.59 lets the best policy put only about 0.43 on
-# the right action (about 28 a game), and alpha, learnt from 1 by Adam, falls by about the learning rate per update:
-# with scale 0.1 and lr 3e-3 it was still 0.31 at 3,000 steps (47 a game over the last 20). At alpha 0.2 a one-point advantage
-# is worth e^5: the policy can be all but greedy. Calibration (2026-12-06, 2-core Zen 3, beside other runs, 61-69 s
-# each): first-8-game means 9.75, 12.4, 11.25 on seeds 1, 2, 3; last-20-game means 64.0, 62.95, 64.0 (64 from about
-# step 1,500). Broken by hand: Q gathered at the batch's actions shifted by one sample, or the policy loss's sign of
-# Q flipped, and the test failed.
+# (--no-autotune). Why not autotune: the target entropy 0.89 log 6 = 1.59 lets the best policy put only about 0.43
+# on the right action (about 28 a game), and alpha, learnt from 1 by Adam, falls by about the learning rate per
+# update: with scale 0.1 and lr 3e-3 it was still 0.31 at 3,000 steps (47 a game over the last 20). At alpha 0.2 a
+# one-point advantage is worth e^5: the policy can be all but greedy. Calibration (2026-12-06, 2-core Zen 3, beside
+# other runs, 61-69 s each): first-8-game means 9.75, 12.4, 11.25 on seeds 1, 2, 3; last-20-game means 64.0, 62.95,
+# 64.0 (64 from about step 1,500). Broken by hand: Q gathered at the batch's actions shifted by one sample, or the
+# policy loss's sign of Q flipped, and the test failed.
 MARKED = ["--env-id", "Pong-v5", "--max-episode-steps", "64", "--total-timesteps", "3000", "--learning-starts", "500"]
 MARKED += ["--buffer-size", "3000", "--num-envs", "4", "--precision", "fp32", "--target-network-frequency", "500"]
 MARKED += ["--batch-size", "16", "--no-autotune", "--torch-threads", "1"]
 
 
 def test_learns_to_read_the_newest_frame(tmp_path):
-    result = run_on_marked_frames(SCRIPT, *MARKED, "--seed", "1", "--log-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr[-3000:]
-    scalars = read_scalars(only_run_dir(tmp_path))
-    returns = [value for _, value in scalars["charts/episodic_return"]]
+    returns = marked_frame_returns(SCRIPT, *MARKED, "--seed", "1", log_dir=tmp_path)
     assert np.mean(returns[:8]) < 24, returns[:8]  # random actions until step 500: about 10.7
     assert np.mean(returns[-20:]) > 48, returns[-20:]  # far above any policy that cannot see the band
-    alphas = [value for _, value in scalars["losses/alpha"]]
+    alphas = [value for _, value in read_scalars(only_run_dir(tmp_path))["losses/alpha"]]
     assert alphas and np.allclose(alphas, 0.2, rtol=1e-5, atol=1e-6)  # fixed by --no-autotune
 
 
