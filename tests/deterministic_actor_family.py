@@ -1,6 +1,7 @@
 """The tests TD3 and DDPG share (the same replay, exploration, clipping and resume code), written once. Each test
 file imports them by name (pytest collects them there) with the `family` fixture, through which they read that
-file's module: `SCRIPT`, `TAGS` and `RUN_DEFINING_FLAG` (a flag and value a resume must refuse)."""
+file's module: `SCRIPT`, `TAGS` and `RUN_DEFINING_FLAG` (a flag and value a resume must refuse). Also the networks with
+known outputs that both files' targets and losses by hand are checked on, given the script's classes."""
 
 import os
 import shutil
@@ -15,6 +16,37 @@ from helpers import assert_one_error_line, only_run_dir, read_scalars, run_scrip
 def family(request):
     """The test module that imported these tests."""
     return request.module
+
+
+# ---- networks with known outputs, for the targets and losses by hand ----
+
+
+def linear_critics(QNetworks: type, obs_dim: int, action_dim: int, coefs: list[list[float]], biases: list[float]):
+    """A script's QNetworks whose critic i is the linear function coefs[i] . [obs, action] + biases[i]: the first layer holds x
+    and -x, ReLU keeps the positive one, the second layer passes both on, the last takes coefs . (relu(x) - relu(-x))."""
+    n = obs_dim + action_dim
+    critic = QNetworks(obs_dim, action_dim, num_critics=len(coefs))
+    with torch.no_grad():
+        for weight, bias in zip(critic.weights, critic.biases):
+            weight.zero_()
+            bias.zero_()
+        critic.weights[0][:, :, :n] = torch.eye(n)
+        critic.weights[0][:, :, n : 2 * n] = -torch.eye(n)
+        critic.weights[1][:, : 2 * n, : 2 * n] = torch.eye(2 * n)
+        for i, (coef, bias) in enumerate(zip(coefs, biases)):
+            critic.weights[2][i, :n, 0] = torch.tensor(coef)
+            critic.weights[2][i, n : 2 * n, 0] = -torch.tensor(coef)
+            critic.biases[2][i, 0, 0] = bias
+    return critic
+
+
+def constant_actor(Actor: type, obs_dim: int, low: np.ndarray, high: np.ndarray, value: np.ndarray):
+    """A script's Actor whose action is `value` for every observation: head weights 0, head bias atanh of the scaled value."""
+    actor = Actor(obs_dim, low, high)
+    with torch.no_grad():
+        actor.fc_mu.weight.zero_()
+        actor.fc_mu.bias.copy_(torch.atanh(torch.tensor((value - (high + low) / 2) / ((high - low) / 2))))
+    return actor
 
 
 # ---- short real runs: tags, determinism, exploration ----

@@ -43,6 +43,16 @@ def next_step_reference(values, rewards, terminations, truncations, prev_episode
     return advantages, valid
 
 
+def script_gae(compute_gae, values, rewards, terminations, truncations, prev_episode_over, gamma=0.99, gae_lambda=0.95):
+    """A script's torch `compute_gae` (next-step) on numpy arrays, in float64: (advantages, valid) as numpy."""
+    import torch
+
+    flags = (torch.as_tensor(x) for x in (terminations, truncations, prev_episode_over))
+    values, rewards = (torch.as_tensor(x, dtype=torch.float64) for x in (values, rewards))
+    advantages, valid = compute_gae(values, rewards, *flags, gamma, gae_lambda)
+    return advantages.numpy(), valid.numpy()
+
+
 def random_next_step_rollout(rng, num_steps, num_envs, p_term=0.08, p_trunc=0.05):
     """Random flags that respect next-step semantics: a stale row is never itself a boundary,
     and boundaries land on the first and last rows too."""

@@ -149,6 +149,36 @@ def marked_frame_returns(script: str, *args: str, log_dir, lag: int = 0) -> list
     return [value for _, value in read_scalars(only_run_dir(log_dir))["charts/episodic_return"]]
 
 
+def assert_masked_rows_change_nothing(loss_fn, module, tensors: list, fresh_rows: list, valid) -> None:
+    """`loss_fn(*tensors, valid)` returns (loss, stats) over `module`'s parameters. Overwriting the rows where `valid`
+    is False (stale steps) with `fresh_rows` (one tensor of replacement rows per input) changes neither the loss nor
+    its gradients nor any statistic; with every row counted, the same overwrite changes the loss (the mask does the
+    work)."""
+    import pytest
+    import torch
+
+    def loss_grads_stats(inputs: list, mask) -> tuple:
+        module.zero_grad()
+        loss, stats = loss_fn(*inputs, mask)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in module.parameters()], stats
+
+    changed = []
+    for tensor, rows in zip(tensors, fresh_rows, strict=True):
+        tensor = tensor.clone()
+        tensor[~valid] = rows
+        changed.append(tensor)
+    (base_loss, base_grads, base_stats), (loss, grads, stats) = (loss_grads_stats(x, valid) for x in (tensors, changed))
+    torch.testing.assert_close(loss, base_loss, rtol=1e-5, atol=1e-6)
+    for grad, base_grad in zip(grads, base_grads):
+        torch.testing.assert_close(grad, base_grad, rtol=1e-5, atol=1e-6)
+    for key in base_stats:
+        torch.testing.assert_close(stats[key], base_stats[key], rtol=1e-5, atol=1e-6)
+    everything = torch.ones_like(valid)
+    with torch.no_grad():
+        assert loss_fn(*changed, everything)[0].item() != pytest.approx(loss_fn(*tensors, everything)[0].item())
+
+
 def assert_one_error_line(result: subprocess.CompletedProcess, fragments: list[str], ignore_warnings: bool = False) -> None:
     """A user mistake's outcome: non-zero exit, no traceback, and exactly one non-empty stderr line,
     `error: ...`, holding every fragment. ignore_warnings: library warning lines (EnvPool's gym

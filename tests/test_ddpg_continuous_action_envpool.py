@@ -12,7 +12,9 @@ import torch
 from deterministic_actor_family import (  # noqa: F401 (shared tests and fixtures, collected here)
     SHORT,
     adam_steps,
+    constant_actor,
     family,
+    linear_critics,
     short_runs,
     test_resume_with_the_buffer_continues_the_step_counter,
     test_resume_without_the_buffer_refills_it_first,
@@ -37,36 +39,7 @@ TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "losse
 TAGS |= {"losses/qf1_loss", "losses/qf1_values"}
 
 
-# ---- the target and the losses by hand ----
-
-
-def linear_critics(obs_dim: int, action_dim: int, coefs: list[list[float]], biases: list[float]) -> QNetworks:
-    """QNetworks whose critic i is the linear function coefs[i] . [obs, action] + biases[i]: the first layer holds x
-    and -x, ReLU keeps the positive one, the second layer passes both on, the last takes coefs . (relu(x) - relu(-x))."""
-    n = obs_dim + action_dim
-    critic = QNetworks(obs_dim, action_dim, num_critics=len(coefs))
-    with torch.no_grad():
-        for weight, bias in zip(critic.weights, critic.biases):
-            weight.zero_()
-            bias.zero_()
-        critic.weights[0][:, :, :n] = torch.eye(n)
-        critic.weights[0][:, :, n : 2 * n] = -torch.eye(n)
-        critic.weights[1][:, : 2 * n, : 2 * n] = torch.eye(2 * n)
-        for i, (coef, bias) in enumerate(zip(coefs, biases)):
-            critic.weights[2][i, :n, 0] = torch.tensor(coef)
-            critic.weights[2][i, n : 2 * n, 0] = -torch.tensor(coef)
-            critic.biases[2][i, 0, 0] = bias
-    return critic
-
-
-def constant_actor(obs_dim: int, low: np.ndarray, high: np.ndarray, value: np.ndarray) -> Actor:
-    """An Actor whose action is `value` for every observation: head weights 0, head bias atanh of the scaled value."""
-    actor = Actor(obs_dim, low, high)
-    with torch.no_grad():
-        actor.fc_mu.weight.zero_()
-        actor.fc_mu.bias.copy_(torch.atanh(torch.tensor((value - (high + low) / 2) / ((high - low) / 2))))
-    return actor
-
+# ---- the target and the losses by hand (networks with known outputs: deterministic_actor_family.py) ----
 
 # Two observation dims, two action dims with asymmetric bounds (half-ranges 1 and 2.5, centres 0 and 0.5).
 LOW, HIGH = np.array([-1.0, -2.0]), np.array([1.0, 3.0])
@@ -87,8 +60,8 @@ def test_td_target_by_hand():
     """y = r + gamma (1 - done) Q'(s', mu'(s')): done = 1 gives the reward alone, done = 0 bootstraps from the target
     critic at the target actor's own action, and no noise is drawn (torch's RNG is untouched)."""
     obs, actions, rewards, next_obs, dones = tiny_batch()
-    target_actor = constant_actor(2, LOW, HIGH, MU_NEXT)
-    target_critic = linear_critics(2, 2, COEFS, BIASES)
+    target_actor = constant_actor(Actor, 2, LOW, HIGH, MU_NEXT)
+    target_critic = linear_critics(QNetworks, 2, 2, COEFS, BIASES)
     as_torch = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
     rng_state = torch.get_rng_state()
     with torch.no_grad():
@@ -104,8 +77,11 @@ def test_td_target_by_hand():
 
 def test_critic_loss_regresses_the_critic_on_the_target():
     obs, actions, rewards, next_obs, dones = (torch.tensor(x, dtype=torch.float32) for x in tiny_batch())
-    target_actor = constant_actor(2, LOW, HIGH, MU_NEXT)
-    critic, target_critic = linear_critics(2, 2, ONLINE_COEFS, ONLINE_BIASES), linear_critics(2, 2, COEFS, BIASES)
+    target_actor = constant_actor(Actor, 2, LOW, HIGH, MU_NEXT)
+    critic, target_critic = (
+        linear_critics(QNetworks, 2, 2, ONLINE_COEFS, ONLINE_BIASES),
+        linear_critics(QNetworks, 2, 2, COEFS, BIASES),
+    )
     loss, stats = critic_loss(target_actor, critic, target_critic, (obs, actions, rewards, next_obs, dones), 0.9)
     with torch.no_grad():
         y = td_target(target_actor, target_critic, rewards, next_obs, dones, 0.9)
@@ -123,8 +99,8 @@ def test_critic_loss_regresses_the_critic_on_the_target():
 
 def test_actor_loss_is_minus_q_and_leaves_the_critic_alone():
     obs = torch.tensor(tiny_batch()[0], dtype=torch.float32)
-    actor = constant_actor(2, LOW, HIGH, np.array([0.3, -1.0]))
-    critic = linear_critics(2, 2, [[1.0, 0.0, 2.0, 0.0]], [10.0])
+    actor = constant_actor(Actor, 2, LOW, HIGH, np.array([0.3, -1.0]))
+    critic = linear_critics(QNetworks, 2, 2, [[1.0, 0.0, 2.0, 0.0]], [10.0])
     loss = actor_loss(actor, critic, obs)
     assert loss.item() == pytest.approx(-(obs[:, 0] + 2 * 0.3 + 10.0).mean().item(), rel=1e-5)
     loss.backward()

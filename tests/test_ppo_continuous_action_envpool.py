@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 from bad_input import test_bad_input_gives_one_clear_line_and_writes_nothing  # noqa: F401 (collected here)
-from gae_reference import next_step_reference, random_next_step_rollout
-from helpers import ATARI_TAGS, only_run_dir, read_scalars, run_script
+from gae_reference import next_step_reference, random_next_step_rollout, script_gae
+from helpers import ATARI_TAGS, assert_masked_rows_change_nothing, only_run_dir, read_scalars, run_script
 
 from cleanrl.ppo_continuous_action_envpool import (
     Agent,
@@ -26,17 +26,8 @@ SCRIPT = "ppo_continuous_action_envpool"
 TAGS = ATARI_TAGS  # same logging tags in every PPO script
 
 
-def gae_torch(values, rewards, terminations, truncations, prev_episode_over, gamma=0.99, gae_lambda=0.95):
-    advantages, valid = compute_gae(
-        torch.as_tensor(values, dtype=torch.float64),
-        torch.as_tensor(rewards, dtype=torch.float64),
-        torch.as_tensor(terminations),
-        torch.as_tensor(truncations),
-        torch.as_tensor(prev_episode_over),
-        gamma,
-        gae_lambda,
-    )
-    return advantages.numpy(), valid.numpy()
+def gae_torch(*rollout, **gae):
+    return script_gae(compute_gae, *rollout, **gae)
 
 
 @pytest.mark.parametrize("gamma,gae_lambda", [(0.99, 0.95), (0.9, 1.0), (1.0, 0.0), (0.97, 0.5)])
@@ -201,48 +192,14 @@ def test_loss_ignores_stale_rows():
     """Randomising everything on the masked rows (obs, action, old log-prob, advantage, return, old
     value) changes neither the loss nor its gradient, nor any logged statistic."""
     torch.manual_seed(0)
-    args = Args()
-    agent = Agent(11, 3)
-    batch = 64
-    obs, actions = torch.randn(batch, 11), torch.randn(batch, 3)
-    old_logprobs = torch.randn(batch) - 3.0
-    advantages, returns, old_values = torch.randn(batch), torch.randn(batch), torch.randn(batch)
+    args, agent, batch = Args(), Agent(11, 3), 64
     valid = torch.rand(batch) > 0.3
-
-    def loss_and_grads(*tensors):
-        agent.zero_grad()
-        loss, stats = ppo_loss(agent, *tensors, valid, args)
-        loss.backward()
-        return loss.detach(), [p.grad.clone() for p in agent.parameters()], stats
-
-    base_loss, base_grads, base_stats = loss_and_grads(obs, actions, old_logprobs, advantages, returns, old_values)
-    stale = ~valid
-    n = int(stale.sum())
-    changed = []
-    for tensor, fresh in [
-        (obs, torch.randn(n, 11) * 100),
-        (actions, torch.randn(n, 3) * 10),
-        (old_logprobs, torch.randn(n) * 10),
-        (advantages, torch.randn(n) * 1e3),
-        (returns, torch.randn(n) * 1e3),
-        (old_values, torch.randn(n) * 1e3),
-    ]:
-        tensor = tensor.clone()
-        tensor[stale] = fresh
-        changed.append(tensor)
-    loss, grads, stats = loss_and_grads(*changed)
-    torch.testing.assert_close(loss, base_loss, rtol=1e-5, atol=1e-6)
-    for g, g0 in zip(grads, base_grads):
-        torch.testing.assert_close(g, g0, rtol=1e-5, atol=1e-6)
-    for key in base_stats:
-        torch.testing.assert_close(stats[key], base_stats[key], rtol=1e-5, atol=1e-6)
-    everything = torch.ones(batch, dtype=torch.bool)
-    with torch.no_grad():
-        unmasked_changed = ppo_loss(agent, *changed, everything, args)[0].item()
-        unmasked_base = ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, everything, args)[
-            0
-        ].item()
-    assert unmasked_changed != pytest.approx(unmasked_base)
+    n = int((~valid).sum())
+    tensors = [torch.randn(batch, 11), torch.randn(batch, 3), torch.randn(batch) - 3.0]
+    tensors += [torch.randn(batch), torch.randn(batch), torch.randn(batch)]
+    fresh = [torch.randn(n, 11) * 100, torch.randn(n, 3) * 10, torch.randn(n) * 10]
+    fresh += [torch.randn(n) * 1e3, torch.randn(n) * 1e3, torch.randn(n) * 1e3]
+    assert_masked_rows_change_nothing(lambda *x: ppo_loss(agent, *x, args), agent, tensors, fresh, valid)
 
 
 SHORT_RUN = [

@@ -12,7 +12,9 @@ import torch
 from deterministic_actor_family import (  # noqa: F401 (shared tests and fixtures, collected here)
     SHORT,
     adam_steps,
+    constant_actor,
     family,
+    linear_critics,
     short_runs,
     test_resume_with_the_buffer_continues_the_step_counter,
     test_resume_without_the_buffer_refills_it_first,
@@ -28,36 +30,7 @@ TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "losse
 TAGS |= {"losses/qf1_loss", "losses/qf2_loss", "losses/qf1_values", "losses/qf2_values"}
 
 
-# ---- the target and the losses by hand ----
-
-
-def linear_critics(obs_dim: int, action_dim: int, coefs: list[list[float]], biases: list[float]) -> QNetworks:
-    """QNetworks whose critic i is the linear function coefs[i] . [obs, action] + biases[i]: the first layer holds x
-    and -x, ReLU keeps the positive one, the second layer passes both on, the last takes coefs . (relu(x) - relu(-x))."""
-    n = obs_dim + action_dim
-    critic = QNetworks(obs_dim, action_dim, num_critics=len(coefs))
-    with torch.no_grad():
-        for weight, bias in zip(critic.weights, critic.biases):
-            weight.zero_()
-            bias.zero_()
-        critic.weights[0][:, :, :n] = torch.eye(n)
-        critic.weights[0][:, :, n : 2 * n] = -torch.eye(n)
-        critic.weights[1][:, : 2 * n, : 2 * n] = torch.eye(2 * n)
-        for i, (coef, bias) in enumerate(zip(coefs, biases)):
-            critic.weights[2][i, :n, 0] = torch.tensor(coef)
-            critic.weights[2][i, n : 2 * n, 0] = -torch.tensor(coef)
-            critic.biases[2][i, 0, 0] = bias
-    return critic
-
-
-def constant_actor(obs_dim: int, low: np.ndarray, high: np.ndarray, value: np.ndarray) -> Actor:
-    """An Actor whose action is `value` for every observation: head weights 0, head bias atanh of the scaled value."""
-    actor = Actor(obs_dim, low, high)
-    with torch.no_grad():
-        actor.fc_mu.weight.zero_()
-        actor.fc_mu.bias.copy_(torch.atanh(torch.tensor((value - (high + low) / 2) / ((high - low) / 2))))
-    return actor
-
+# ---- the target and the losses by hand (networks with known outputs: deterministic_actor_family.py) ----
 
 # Two observation dims, two action dims with asymmetric bounds (half-ranges 1 and 2.5, centres 0 and 0.5).
 LOW, HIGH = np.array([-1.0, -2.0]), np.array([1.0, 3.0])
@@ -88,8 +61,8 @@ def test_td_target_by_hand(policy_noise, noise_clip):
     """y = r + gamma (1 - done) min(Q1', Q2')(s', clamp(mu'(s') + clip(noise) * scale)): done = 1 gives the reward
     alone; the noise is clipped at noise_clip; the next action is clamped to the bounds; the smaller critic counts."""
     obs, actions, rewards, next_obs, dones = tiny_batch()
-    target_actor = constant_actor(2, LOW, HIGH, MU_NEXT)
-    target_critic = linear_critics(2, 2, COEFS, BIASES)
+    target_actor = constant_actor(Actor, 2, LOW, HIGH, MU_NEXT)
+    target_critic = linear_critics(QNetworks, 2, 2, COEFS, BIASES)
     as_torch = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
     torch.manual_seed(7)
     with torch.no_grad():
@@ -109,8 +82,11 @@ def test_td_target_by_hand(policy_noise, noise_clip):
 
 def test_critic_loss_regresses_both_critics_on_one_target():
     obs, actions, rewards, next_obs, dones = (torch.tensor(x, dtype=torch.float32) for x in tiny_batch())
-    target_actor = constant_actor(2, LOW, HIGH, MU_NEXT)
-    critic, target_critic = linear_critics(2, 2, ONLINE_COEFS, ONLINE_BIASES), linear_critics(2, 2, COEFS, BIASES)
+    target_actor = constant_actor(Actor, 2, LOW, HIGH, MU_NEXT)
+    critic, target_critic = (
+        linear_critics(QNetworks, 2, 2, ONLINE_COEFS, ONLINE_BIASES),
+        linear_critics(QNetworks, 2, 2, COEFS, BIASES),
+    )
     torch.manual_seed(3)
     loss, stats = critic_loss(target_actor, critic, target_critic, (obs, actions, rewards, next_obs, dones), 0.9, 0.2, 0.5)
     torch.manual_seed(3)
@@ -134,8 +110,8 @@ def test_critic_loss_regresses_both_critics_on_one_target():
 def test_actor_loss_is_minus_q1_and_leaves_the_critic_alone():
     """-Q1(s, mu(s)), not the min of the critics (here Q2 < Q1 everywhere): the gradient reaches the actor only."""
     obs = torch.tensor(tiny_batch()[0], dtype=torch.float32)
-    actor = constant_actor(2, LOW, HIGH, np.array([0.3, -1.0]))
-    critic = linear_critics(2, 2, [[1.0, 0.0, 2.0, 0.0], [1.0, 0.0, 2.0, 0.0]], [10.0, 0.0])
+    actor = constant_actor(Actor, 2, LOW, HIGH, np.array([0.3, -1.0]))
+    critic = linear_critics(QNetworks, 2, 2, [[1.0, 0.0, 2.0, 0.0], [1.0, 0.0, 2.0, 0.0]], [10.0, 0.0])
     loss = actor_loss(actor, critic, obs)
     q1 = obs[:, 0] + 2 * 0.3 + 10.0
     assert loss.item() == pytest.approx(-q1.mean().item(), rel=1e-5)
