@@ -14,7 +14,8 @@ The step after a reset, whose action EnvPool ignores, earns 0. `info["reward"]` 
 the same reward.
 
     python -c "$(python -c 'import marked_frames; print(marked_frames.BOOTSTRAP)')" SCRIPT ARGS...
-runs SCRIPT as __main__ with envpool.make patched (tests pass BOOTSTRAP with `-c`).
+runs SCRIPT as __main__ with envpool.make patched (tests pass BOOTSTRAP with `-c`). A script that steps through
+EnvPool's XLA interface inside `jax.jit` gets a step that calls back into the wrapper (`MarkedFrames.xla`).
 
 A memory task for the recurrent scripts: with MARKED_FRAMES_LAG=L in the environment, the reward follows the band
 of the frame L steps before the one the action was chosen on (0 while that frame is from before the game began).
@@ -84,6 +85,25 @@ class MarkedFrames:
             obs, rewards, term, trunc, info = self.envs.step(actions, env_id)
         obs, rewards = self._mark(obs, rewards, info)
         return obs, rewards, term, trunc, info
+
+    def xla(self):
+        """EnvPool's XLA interface (handle, recv, send, step) with `step` marked: inside `jax.jit` it calls back into
+        this wrapper's Python `step` (an ordered `io_callback`) and returns what EnvPool's own XLA step would, with the
+        shapes and dtypes that step declares. The handle passes through unused."""
+        import jax
+        import jax.numpy as jnp
+
+        handle, recv, send, step = self.envs.xla()
+        declared = jax.eval_shape(step, handle, jnp.zeros(self.envs.config["num_envs"], jnp.int32))
+
+        def host_step(handle, actions):
+            returned = (handle, self.step(np.asarray(actions)))
+            return jax.tree.map(lambda spec, value: np.asarray(value, spec.dtype).reshape(spec.shape), declared, returned)
+
+        def marked_step(handle, actions):
+            return jax.experimental.io_callback(host_step, declared, handle, actions, ordered=True)
+
+        return handle, recv, send, marked_step
 
     def send(self, actions, env_id):
         self.sent[env_id] = actions
