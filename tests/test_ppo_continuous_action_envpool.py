@@ -273,6 +273,8 @@ def test_checkpoint_holds_the_normaliser_state(two_short_runs):
     assert float(checkpoint["return_rms"]["count"]) == 8 * (256 - 5)
 
 
+# Calibration (2026-12-06, 2-core Zen 3, three runs at once, 23-28 s each): last-20 means 1000, 1000, 1000 (the
+# maximum) on seeds 1, 2, 3; first-20 means 5.7, 6.6, 6.15.
 LEARNING_RUN = [
     "--env-id",
     "InvertedPendulum-v4",

@@ -149,6 +149,8 @@ def test_checkpoint_holds_the_normaliser_state(two_short_runs):
     assert float(checkpoint["return_rms"]["count"]) == 8 * (96 - 3)
 
 
+# The torch twin's run. Calibration (2026-12-06, 2-core Zen 3, 19-20 s each): last-20 means 1000, 1000, 1000 (the
+# maximum) on seeds 1, 2, 3; first-20 means 6.55, 7.2, 5.95.
 LEARNING_RUN = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "98304", "--num-envs", "16"]
 LEARNING_RUN += ["--num-steps", "128", "--seed", "1"]
 THRESHOLD = 700.0
