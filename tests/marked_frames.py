@@ -92,6 +92,7 @@ class MarkedFrames:
         shapes and dtypes that step declares. The handle passes through unused."""
         import jax
         import jax.numpy as jnp
+        from jax.experimental import io_callback
 
         handle, recv, send, step = self.envs.xla()
         declared = jax.eval_shape(step, handle, jnp.zeros(self.envs.config["num_envs"], jnp.int32))
@@ -101,7 +102,7 @@ class MarkedFrames:
             return jax.tree.map(lambda spec, value: np.asarray(value, spec.dtype).reshape(spec.shape), declared, returned)
 
         def marked_step(handle, actions):
-            return jax.experimental.io_callback(host_step, declared, handle, actions, ordered=True)
+            return io_callback(host_step, declared, handle, actions, ordered=True)
 
         return handle, recv, send, marked_step
 
