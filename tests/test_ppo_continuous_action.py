@@ -244,10 +244,10 @@ BAD_INPUT = [
 ]
 
 
-# InvertedPendulum pays 1 a step for up to 1,000 steps. The EnvPool twin's learning run (tests/
-# test_ppo_continuous_action_envpool.py): 16 envs x 128 steps, 98,304 steps, otherwise the defaults. Calibration
-# (2026-12-06, 2-core Zen 3, two runs at once, 17-18 s each): last-20-game means 1,000 on seeds 1, 2, 3 (first-20
-# means 6.4, 5.75, 6.15). With each step's actions stored one env over, seed 1 ended at 3.65.
+# InvertedPendulum pays 1 a step for up to 1,000 steps. The EnvPool twin's learning run
+# (tests/test_ppo_continuous_action_envpool.py): 16 envs x 128 steps, 98,304 steps, otherwise the defaults.
+# Calibration (2026-12-06, 2-core Zen 3, two runs at once, 17-18 s each): last-20-game means 1,000 on seeds 1, 2, 3
+# (first-20 means 6.4, 5.75, 6.15). With each step's actions stored one env over, seed 1 ended at 3.65.
 def test_inverted_pendulum_learns(tmp_path):
     run = ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "98304", "--num-envs", "16", "--num-steps", "128"]
     result = run_script(SCRIPT, *run, "--seed", "1", "--log-dir", str(tmp_path))
