@@ -539,21 +539,23 @@ def plot_time_to_score(records: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+    legend_inches = 0.2 * ((len(records) + 1) // 2)  # two labels a row, below both plots
+    figure, axes = plt.subplots(1, 2, figsize=(11, 3.5 + legend_inches))
     for r in records:
         games = np.array(r["games"], dtype=float).reshape(-1, 3)  # step, seconds since launch, return
         if len(games) < r["window"]:
             continue
         means = np.convolve(games[:, 2], np.ones(r["window"]) / r["window"], mode="valid")
-        label = f"{r['script']} {r['env_id']} seed {r['seed']}" + (f" ({r['gpu']})" if r.get("gpu") else " (CPU)")
+        machine = r.get("gpu") or r["cpu"].split(",")[0]  # the CPU's model: runs on two CPU kinds differ in speed
+        label = f"{r['script']} {r['env_id']} seed {r['seed']} ({machine})"
         axes[0].plot(games[r["window"] - 1 :, 1] / 60, means, label=label)
         axes[1].plot(games[r["window"] - 1 :, 0] / 1e6, means, label=label)
     for axis, label in zip(axes, ("wall-clock from launch (min)", "env steps (M)")):
         axis.axhline(records[0]["target"], color="grey", linestyle="--", linewidth=1)
         axis.set_xlabel(label)
     axes[0].set_ylabel(f"mean of the last {records[0]['window']} games")
-    axes[0].legend(fontsize=7)
-    figure.tight_layout()
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
+    figure.tight_layout(rect=(0, (legend_inches + 0.05) / (3.5 + legend_inches), 1, 1))
     with written_whole(path, "wb") as file:
         figure.savefig(file, format="png", dpi=80)
     plt.close(figure)
