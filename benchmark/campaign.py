@@ -151,7 +151,7 @@ SEEDS = {
     "on-policy-mujoco": 5,
     "ppo-tianshou-settings": 3,
     "dqn-classic": 5,
-    "value-classic": 3,
+    "value-classic": 5,
     "rpo-mujoco": 3,
     "off-policy-mujoco": 3,
     "tianshou-protocol": 3,
