@@ -199,6 +199,13 @@ def bad_values(record: dict) -> str | None:
             return f"{key} holding a return past +-{MAX_RETURN:.0e}"
         if any(later < earlier for earlier, later in zip(curve.get("wall_seconds", []), curve.get("wall_seconds", [])[1:])):
             return f"{key} whose wall_seconds go back"
+    if "legs" in record:  # a time-to-score run resumed: each leg's command, minutes and cap
+        legs = record["legs"]
+        fields = ("command", "minutes_run", "cap_minutes")
+        if not (isinstance(legs, list) and legs and all(isinstance(leg, dict) and set(fields) <= set(leg) for leg in legs)):
+            return f"legs = {legs!r:.60}, not a list of legs with {', '.join(fields)}"
+        if not all(finite(leg["minutes_run"]) and finite(leg["cap_minutes"]) and leg["cap_minutes"] > 0 for leg in legs):
+            return "legs holding minutes that are not finite numbers (or a cap <= 0)"
     return None
 
 
@@ -516,6 +523,15 @@ def settings_of(record: dict) -> str:
     return f"`{' '.join(words)}`" if words else "defaults"
 
 
+def caps_of(record: dict) -> str:
+    """The wall-clock cap, or each leg's where the run was resumed (`time_to_score.py --resume`): "caps 50 + 55 min"."""
+    legs = record.get("legs") or [record]
+    if len(legs) == 1:
+        return f"cap {record['cap_minutes']:g} min"
+    caps = " + ".join(f"{leg['cap_minutes']:g}" for leg in legs)
+    return f"{len(legs)} legs, caps {caps} min"
+
+
 def time_to_score_table(records: list[dict]) -> str:
     """One row per run: the target, whether and when it was reached, how far the run got, the machine."""
     lines = [
@@ -527,7 +543,7 @@ def time_to_score_table(records: list[dict]) -> str:
         best = "-" if r["best_window_mean"] is None else f"{r['best_window_mean']:.1f}"
         lines.append(
             f"| {r['script']} | {settings_of(r)} | {r['env_id']} | {r['seed']} | {r['target']:g} (last {r['window']} games) | {reached} | "
-            f"{best} | {r['minutes_run']:.1f} / {r['steps_run']:,} (cap {r['cap_minutes']:g} min) | {machine_of(r)} |"
+            f"{best} | {r['minutes_run']:.1f} / {r['steps_run']:,} ({caps_of(r)}) | {machine_of(r)} |"
         )
     return "\n".join(lines)
 

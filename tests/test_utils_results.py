@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+import tyro
 from helpers import REPO, read_scalars
 
 from cleanrl_utils.results import iqm, optimality_gap, stratified_bootstrap, time_to_score_table, write_summary_csv
@@ -712,6 +713,71 @@ def test_time_to_score_stops_at_its_cap_between_polls_and_says_when_no_window_wa
     assert record["stopped_by"] == "cap" and record["minutes_run"] < 0.1 + 0.5  # the cap, then the run's own save
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("did not reach 18 in ") and " min (fewer than 1000 games: no mean yet); " in last, last
+
+
+def test_time_to_score_resume_continues_the_capped_run_and_its_record(tmp_path):
+    """--resume: leg 1 of PQN on real Breakout (short games) is capped; leg 2 continues its checkpoint, in its folder, for --minutes more.
+    The record keeps leg 1's games as they were and adds leg 2's, read back from leg 2's own events file, at steps
+    past leg 1's and minutes past leg 1's total; minutes and caps are the legs' sums, and the table says 2 legs.
+    Resumes that would not add up are one line each, before any run, the record untouched: another target, another
+    machine (an edited cpu), no record, a record whose run reached its target. Fails if leg 2 started afresh (its
+    steps would restart at 0) or if the record dropped a leg's games or minutes."""
+    tool = [sys.executable, os.path.join(REPO, "benchmark", "time_to_score.py"), "--script", "pqn_atari_envpool"]
+    tool += ["--env-id", "Breakout-v5", "--window", "2", "--target", "1000", "--poll-seconds", "1"]  # never reached
+    tool += ["--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")]
+    leg_args = ["--minutes", "0.35", "--script-args=--num-envs 4 --num-steps 32 --torch-threads 1"]
+    first = subprocess.run([*tool, *leg_args], capture_output=True, text=True, cwd=REPO, timeout=200)
+    assert first.returncode == 0, first.stdout + first.stderr
+    path = tmp_path / "results" / "time_to_score" / "pqn_atari_envpool__Breakout-v5__1.json"
+    leg1 = json.loads(path.read_text())
+    (run_dir,) = [p for p in (tmp_path / "runs" / "pqn_atari_envpool__Breakout-v5__1").iterdir() if p.is_dir()]
+    leg1_files = {p.name for p in run_dir.iterdir() if p.name.startswith("events.out.tfevents")}
+    assert leg1["stopped_by"] == "cap" and len(leg1["games"]) >= 2 and leg1["legs"][0]["cap_minutes"] == 0.35
+
+    def refused(*extra: str, seed: str = "1", record: dict = leg1) -> str:
+        """The line the tool exits with (its first check of --resume, run in this process: no run starts)."""
+        path.write_text(json.dumps(record))
+        args = tyro.cli(time_to_score.TimeToScoreArgs, args=[*tool[2:], "--resume", "--seed", seed, *extra])
+        name = f"pqn_atari_envpool__Breakout-v5__{seed}"
+        with pytest.raises(SystemExit) as stop:
+            machine = dict(cpu=time_to_score.cpu_description(), gpu=None)
+            time_to_score.earlier_legs(
+                str(tmp_path / "results" / "time_to_score" / f"{name}.json"), str(tmp_path / "runs" / name), args, machine
+            )
+        assert json.loads(path.read_text()) == record  # untouched
+        path.write_text(json.dumps(leg1))
+        return stop.value.code
+
+    assert refused("--target", "20").startswith(
+        "error: --resume: --target 20 differs from the record's 1000; give --target 1000"
+    )
+    assert refused(seed="2").startswith("error: --resume: no record ")
+    result = subprocess.run([*tool, "--resume", "--seed", "2"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 1 and result.stdout == "" and result.stderr == refused(seed="2") + "\n"  # as a user sees it
+    assert "the record's cpu is 'another cpu', this machine's " in refused(record=leg1 | {"cpu": "another cpu"})
+    reached = leg1 | {"reached": True, "minutes_to_target": 0.3}
+    assert refused(record=reached) == "error: --resume: the run reached 1000 at 0.3 min; nothing to continue"
+    checkpoint, mtime = run_dir / "checkpoint.pt", (run_dir / "checkpoint.pt").stat().st_mtime_ns
+    os.utime(checkpoint, ns=(mtime + 5 * 10**9, mtime + 5 * 10**9))  # as a leg stopped without a record leaves it
+    assert refused().startswith(f"error: --resume: {checkpoint} was written after the record (a leg ended without one)")
+    os.utime(checkpoint, ns=(mtime, mtime))
+
+    second = subprocess.run([*tool, "--resume", "--minutes", "0.35"], capture_output=True, text=True, cwd=REPO, timeout=200)
+    assert second.returncode == 0, second.stdout + second.stderr
+    record = json.loads(path.read_text())
+    assert [p for p in run_dir.parent.iterdir() if p.is_dir()] == [run_dir]  # the same run, in its folder
+    (leg2_file,) = [p for p in run_dir.iterdir() if p.name.startswith("events.out.tfevents") and p.name not in leg1_files]
+    leg2_games = read_scalars(str(leg2_file))["charts/episodic_return"]
+    assert leg2_games and leg2_games[0][0] > leg1["games"][-1][0]  # continued past leg 1's steps, not from 0
+    n = len(leg1["games"])
+    assert record["games"][:n] == leg1["games"]
+    assert [[step, value] for step, _, value in record["games"][n:]] == [[step, value] for step, value in leg2_games]
+    assert all(seconds > 60 * leg1["minutes_run"] for _, seconds, _ in record["games"][n:])
+    assert len(record["legs"]) == 2 and record["legs"][0] == leg1["legs"][0] and record["cap_minutes"] == 0.7
+    assert record["legs"][1]["command"].split()[1:3] == ["cleanrl/pqn_atari_envpool.py", "--resume"]
+    assert record["minutes_run"] == round(leg1["minutes_run"] + record["legs"][1]["minutes_run"], 2)
+    assert record["command"] == leg1["command"] and record["steps_run"] == leg2_games[-1][0]
+    assert "(2 legs, caps 0.35 + 0.35 min) |" in time_to_score_table([record])
 
 
 def test_a_gpu_record_names_its_gpu_and_a_cpu_record_its_cpu_alone():
