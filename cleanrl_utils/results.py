@@ -567,7 +567,8 @@ def plot_time_to_score(records: list[dict], path: str) -> None:
         axes[0].plot(games[r["window"] - 1 :, 1] / 60, means, label=label)
         axes[1].plot(games[r["window"] - 1 :, 0] / 1e6, means, label=label)
     for axis, label in zip(axes, ("wall-clock from launch (min)", "env steps (M)")):
-        axis.axhline(records[0]["target"], color="grey", linestyle="--", linewidth=1)
+        for target in {r["target"] for r in records}:  # each game's own (Pong 18, Breakout 30 in one figure)
+            axis.axhline(target, color="grey", linestyle="--", linewidth=1)
         axis.set_xlabel(label)
     axes[0].set_ylabel(f"mean of the last {records[0]['window']} games")
     figure.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
