@@ -458,7 +458,7 @@ if __name__ == "__main__":
             writer.add_scalar("charts/epsilon", epsilon, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
             writer.add_scalar("charts/torch_threads", threads.count, global_step)
-            threads.update()  # fewer threads while another process computes on these cores
+        threads.update()  # each iteration, not only when logging: 1,000 steps on crowded cores can take minutes
         if logging or saving:  # a diverged run must never be saved
             where = dict(iteration=iteration, global_step=global_step, checkpoint_path=checkpoint_path, writer=writer)
             exit_if_diverged(torch_all_finite(q_network, loss), **where, resumed_from=args.resume, progress=progress)

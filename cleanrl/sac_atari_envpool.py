@@ -556,7 +556,7 @@ if __name__ == "__main__":
         if logging:
             writer.add_scalar("charts/SPS", sps, global_step)
             writer.add_scalar("charts/torch_threads", threads.count, global_step)
-            threads.update()  # fewer threads while another process computes on these cores
+        threads.update()  # each iteration, not only when logging: 1,000 steps on crowded cores can take minutes
         if logging or saving:  # a diverged run must never be saved
             stop_if_diverged(
                 torch_all_finite(actor, q_loss) and torch_all_finite(critic, q_loss),

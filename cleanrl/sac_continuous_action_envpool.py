@@ -485,7 +485,7 @@ if __name__ == "__main__":
         if logging:
             writer.add_scalar("charts/SPS", sps, global_step)
             writer.add_scalar("charts/torch_threads", threads.count, global_step)
-            threads.update()  # fewer threads while another process computes on these cores
+        threads.update()  # each iteration, not only when logging: 1,000 steps on crowded cores can take minutes
         if logging or saving:  # a diverged run must never be saved
             nets = nn.ModuleList([actor, critic, entropy])
             finite = torch_all_finite(nets, None if stats is None else stats["qf1_loss"] + stats["qf2_loss"])

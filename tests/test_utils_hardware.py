@@ -335,3 +335,40 @@ def test_explicit_bf16_on_xla_cpu_blames_xla_not_the_cpu():
         choice = resolve_precision("bf16", Machine(device_type="cpu", **flags), backend="xla")
         assert choice.value == "bf16"
         assert "XLA's CPU backend has no native bf16 convolutions" in choice.reason and "AVX512" not in choice.reason
+
+
+# Runs SCRIPT ARGS... as __main__ with TorchThreads.update counted, and prints the count as the last line
+COUNTED_THREAD_CHECKS = """
+import runpy, sys
+from cleanrl_utils import hardware
+calls, update = [0], hardware.TorchThreads.update
+def counted(self):
+    calls[0] += 1
+    return update(self)
+hardware.TorchThreads.update = counted
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print(f"thread checks: {calls[0]}", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["dqn", "c51", "dqn_atari_envpool", "c51_atari_envpool", "rainbow_atari_envpool", "sac_atari_envpool",
+     "sac_continuous_action_envpool", "td3_continuous_action_envpool", "ddpg_continuous_action_envpool"],
+)  # fmt: skip
+def test_replay_scripts_look_at_the_load_every_iteration_not_only_when_they_log(tmp_path, script):
+    """TorchThreads re-measures the load when `update()` is called and 5 s have passed. The replay scripts log every
+    1,000 steps; a check made only then comes minutes apart on crowded cores (two discrete-SAC runs started together
+    on the 2-core Xeon stayed at 2 threads each, at 2 SPS, for the 1,000 learning steps before their first log). Each
+    of the 300 iterations here must call it."""
+    from helpers import run_python
+
+    steps = 300
+    flags = ["--total-timesteps", str(steps), "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "32"]
+    result = run_python(["-c", COUNTED_THREAD_CHECKS, os.path.join(REPO, "cleanrl", f"{script}.py"), *flags,
+                         "--log-dir", str(tmp_path)])  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == f"thread checks: {steps}"
